@@ -1,0 +1,1 @@
+"""Shipped process configurations (YAML)."""

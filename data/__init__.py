@@ -1,0 +1,1 @@
+"""Event generators, model definitions/training, and the project's trained models."""

@@ -1,0 +1,21 @@
+"""sonic-hep's event-processing core: configuration, module DAG, scheduler, ROOT source and output.
+
+Physics-free by design: nothing here imports ``sonic_hep.modules``. Module authors need only::
+
+    from sonic_hep.framework import Producer, Filter, Analyzer, ExternalWork, Param, InputTag, Output
+"""
+
+from .config import ProcessConfig, load
+from .errors import ConfigError, GraphError, InferenceError, ModuleError, OutputError, SonicError, SourceError
+from .event import EventID, EventView
+from .futures import as_future, completed, delayed, gather
+from .module import Analyzer, ExternalWork, Filter, Module, Producer
+from .params import InputTag, Output, Param
+from .process import Interrupted, Process, RunResult
+
+__all__ = [
+    "Analyzer", "ConfigError", "EventID", "EventView", "ExternalWork", "Filter", "GraphError", "InferenceError",
+    "InputTag", "Interrupted", "Module", "ModuleError", "Output", "OutputError", "Param", "Process",
+    "ProcessConfig", "Producer", "RunResult", "SonicError", "SourceError", "as_future", "completed", "delayed",
+    "gather", "load",
+]

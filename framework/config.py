@@ -1,0 +1,305 @@
+"""The process description: YAML → validated :class:`ProcessConfig`.
+
+A configuration has five sections (only ``modules`` is required)::
+
+    process: demo                      # a name for reports
+    source:  {type: root, files: [in.root], tree: Events, first_entry: 0, max_events: -1, chunk_size: 1000}
+    modules:                           # label -> type + parameters, in path order
+      ht: {type: JetPtSum, jets: Jet}
+    path: [ht]                         # optional: order that filters act on (default: module order)
+    output:  {file: out.root, tree: Events, products: ["ht:*"], compression: "zstd:4"}
+    services:
+      inference: {mode: direct}
+    options: {streams: 4, threads: 4, seed: 1}
+
+Every error names the file, the line and the key to fix. Command-line overrides
+(``-p ht.jets=FatJet``, ``-p source.chunk_size=500``) are applied to the raw YAML before validation,
+so they are checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError, did_you_mean
+from .params import coerce
+
+
+class LineDict(dict):
+    """A dict that remembers the YAML line of each key, for error messages."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lines: dict[Any, int] = {}
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    mapping = LineDict()
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in mapping:
+            raise ConfigError(f"duplicate key {key!r} (first on line {mapping.lines[key]})",
+                              file=loader.name, line=key_node.start_mark.line + 1)
+        mapping[key] = loader.construct_object(value_node, deep=True)
+        mapping.lines[key] = key_node.start_mark.line + 1
+    return mapping
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: str | os.PathLike) -> LineDict:
+    """Parses a YAML file, keeping line numbers; a syntax error names the file, line and column."""
+    path = str(path)
+    try:
+        with open(path) as stream:
+            loader = _Loader(stream)
+            loader.name = path
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", file=path) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"YAML syntax error: {problem}" + (f" (column {mark.column + 1})" if mark else ""),
+                          file=path, line=line) from None
+    if data is None:
+        data = LineDict()
+    if not isinstance(data, dict):
+        raise ConfigError(f"the top level must be a mapping, not {type(data).__name__}", file=path, line=1)
+    return data
+
+
+@dataclass
+class SourceConfig:
+    """Where events come from.
+
+    ``type: root`` reads TTrees or RNTuples with uproot; ``type: empty`` makes ``events`` events with
+    no input columns (for generator modules)."""
+
+    type: str = "root"
+    files: list[str] = field(default_factory=list)
+    tree: str = "Events"
+    first_entry: int = 0
+    max_events: int = -1
+    chunk_size: int = 1000
+    events: int = 0
+
+
+@dataclass
+class OutputConfig:
+    """What is written: products (keys or globs like ``"pnet:*"``, source columns too) to a ROOT file,
+    written in chunks under a temporary name and renamed when the job succeeds."""
+
+    file: str | None = None
+    tree: str = "Events"
+    products: list[str] = field(default_factory=lambda: ["*"])
+    compression: str = "zstd:4"
+    chunk_size: int = 1000
+
+
+@dataclass
+class Options:
+    """How the job runs: events in flight (streams), worker threads, random seed, progress bar."""
+
+    streams: int = 1
+    threads: int = 1
+    seed: int = 1
+    progress: bool = True
+
+
+@dataclass
+class ModuleConfig:
+    """One module: its label, type name and raw parameters (validated against the type later)."""
+
+    label: str
+    type: str
+    params: dict[str, Any]
+    line: int | None = None
+
+
+@dataclass
+class ProcessConfig:
+    """A whole validated process description."""
+
+    name: str
+    file: str | None
+    source: SourceConfig
+    modules: dict[str, ModuleConfig]
+    path: list[str]
+    output: OutputConfig
+    services: dict[str, dict[str, Any]]
+    options: Options
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+SECTIONS = ("process", "source", "modules", "path", "output", "services", "options")
+
+
+def _line(mapping: Any, key: Any) -> int | None:
+    return mapping.lines.get(key) if isinstance(mapping, LineDict) else None
+
+
+def _section(data: dict, name: str, cls: type, file: str | None) -> Any:
+    raw = data.get(name) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"must be a mapping, not {type(raw).__name__}", file=file, key=name, line=_line(data, name))
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in raw.items():
+        if key not in fields:
+            raise ConfigError(f"unknown key{did_you_mean(str(key), fields)}; known: {sorted(fields)}",
+                              file=file, key=f"{name}.{key}", line=_line(raw, key))
+        try:
+            values[key] = coerce(value, hints[key])
+        except TypeError as err:
+            raise ConfigError(str(err), file=file, key=f"{name}.{key}", line=_line(raw, key)) from None
+    return cls(**values)
+
+
+def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -> dict:
+    """Applies ``key.path=value`` overrides to the raw configuration (values parsed as YAML).
+
+    A first component that is a module label addresses that module's parameters
+    (``pnet.batch_size=64``); otherwise it names a section (``source.max_events=10``,
+    ``services.inference.mode=sonic``).
+    """
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"override {override!r} must look like key.path=value", file="<command line>")
+        path, _, text = override.partition("=")
+        try:
+            value = yaml.safe_load(text) if text != "" else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"cannot parse value {text!r}: {err}", file="<command line>", key=path) from None
+        keys = path.strip().split(".")
+        modules = data.get("modules") or {}
+        if keys[0] in modules and keys[0] not in SECTIONS:
+            keys = ["modules", *keys]
+        if keys[0] not in SECTIONS:
+            raise ConfigError(f"unknown section or module label {keys[0]!r}"
+                              f"{did_you_mean(keys[0], list(SECTIONS) + list(modules))}",
+                              file="<command line>", key=path)
+        target = data
+        for key in keys[:-1]:
+            nxt = target.get(key)
+            if nxt is None:
+                nxt = target[key] = LineDict()
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"{key!r} is not a mapping", file="<command line>", key=path)
+            target = nxt
+        target[keys[-1]] = value
+    return data
+
+
+def parse(data: dict, file: str | None = None) -> ProcessConfig:
+    """Validates the structure of a raw configuration (module parameters are checked by the process).
+
+    Args:
+        data (dict): the parsed YAML (a :class:`LineDict` keeps line numbers for messages).
+        file (str | None): the file it came from, for messages.
+    """
+    for key in data:
+        if key not in SECTIONS:
+            raise ConfigError(f"unknown section{did_you_mean(str(key), SECTIONS)}; known: {list(SECTIONS)}",
+                              file=file, key=str(key), line=_line(data, key))
+    raw_modules = data.get("modules")
+    if not isinstance(raw_modules, dict) or not raw_modules:
+        raise ConfigError("at least one module is required", file=file, key="modules", line=_line(data, "modules"))
+    modules: dict[str, ModuleConfig] = {}
+    for label, spec in raw_modules.items():
+        line = _line(raw_modules, label)
+        if not isinstance(label, str) or not label.isidentifier():
+            raise ConfigError("a module label must be an identifier (letters, digits, _)",
+                              file=file, key=f"modules.{label}", line=line)
+        if not isinstance(spec, dict) or "type" not in spec:
+            raise ConfigError("a module needs a mapping with 'type' and its parameters",
+                              file=file, key=f"modules.{label}", line=line)
+        params = {k: v for k, v in spec.items() if k != "type"}
+        modules[label] = ModuleConfig(label=label, type=str(spec["type"]), params=params, line=line)
+    path = data.get("path") or list(modules)
+    if not isinstance(path, list):
+        raise ConfigError("must be a list of module labels", file=file, key="path", line=_line(data, "path"))
+    for label in path:
+        if label not in modules:
+            raise ConfigError(f"unknown module label {label!r}{did_you_mean(str(label), modules)}",
+                              file=file, key="path", line=_line(data, "path"))
+    services = data.get("services") or {}
+    if not isinstance(services, dict) or any(not isinstance(v, dict) for v in services.values()):
+        raise ConfigError("must map service names to mappings", file=file, key="services",
+                          line=_line(data, "services"))
+    source = _section(data, "source", SourceConfig, file)
+    output = _section(data, "output", OutputConfig, file)
+    options = _section(data, "options", Options, file)
+    if source.type not in ("root", "empty"):
+        raise ConfigError(f"unknown source type {source.type!r}; use 'root' or 'empty'", file=file,
+                          key="source.type", line=_line(data.get("source") or {}, "type"))
+    for name, value in (("options.streams", options.streams), ("options.threads", options.threads),
+                        ("source.chunk_size", source.chunk_size), ("output.chunk_size", output.chunk_size)):
+        if value < 1:
+            raise ConfigError(f"must be at least 1, got {value}", file=file, key=name)
+    name = str(data.get("process") or (Path(file).stem if file else "process"))
+    return ProcessConfig(name=name, file=file, source=source, modules=modules, path=list(path), output=output,
+                         services={k: dict(v) for k, v in services.items()}, options=options, raw=_plain(data))
+
+
+def _plain(value: Any) -> Any:
+    """The configuration as plain Python containers (for metadata and job splitting)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load(path: str | os.PathLike, overrides: list[str] | None = None) -> ProcessConfig:
+    """Reads, overrides and validates a configuration file.
+
+    Args:
+        path: a YAML file, or the name of a shipped configuration (``"miniaod"`` → ``configs/miniaod.yaml``).
+        overrides: ``key.path=value`` strings (see :func:`apply_overrides`).
+
+    Example::
+
+        cfg = load("configs/miniaod.yaml", ["source.max_events=10"])
+    """
+    path = resolve_config_path(path)
+    data = load_yaml(path)
+    apply_overrides(data, overrides or [], file=path)
+    return parse(data, file=path)
+
+
+def resolve_config_path(path: str | os.PathLike) -> str:
+    """A path as given when it exists; otherwise a shipped configuration of that name."""
+    text = str(path)
+    if os.path.exists(text):
+        return text
+    shipped = Path(__file__).resolve().parent.parent / "configs" / (text if text.endswith(".yaml") else text + ".yaml")
+    if shipped.exists():
+        return str(shipped)
+    try:
+        import importlib.resources as resources
+
+        candidate = resources.files("sonic_hep.configs") / (text if text.endswith(".yaml") else text + ".yaml")
+        if candidate.is_file():
+            return str(candidate)
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return text

@@ -1,0 +1,68 @@
+"""Exceptions a user can cause, each naming the thing to fix.
+
+Every error raised for bad input derives from :class:`SonicError`, so the CLI can print the message
+without a traceback and exit non-zero. Context ("while running module X on event N") is added with
+``add_note`` where the error passes through a layer, the way awkward does, rather than rewriting the
+message.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class SonicError(Exception):
+    """Base class of user-facing errors: the message is meant to be read, not debugged."""
+
+
+class ConfigError(SonicError):
+    """A process description (YAML or command-line override) that cannot be used.
+
+    Args:
+        message (str): what is wrong.
+        file (str | None): the YAML file, when the problem comes from one.
+        key (str | None): dotted path of the key, e.g. ``modules.pnetAK4.batch_size``.
+        line (int | None): 1-based line in ``file``.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None, line: int | None = None):
+        self.file, self.key, self.line, self.reason = file, key, line, message
+        where = ""
+        if file:
+            where = f"{file}:{line}: " if line else f"{file}: "
+        if key:
+            where += f"{key}: "
+        super().__init__(where + message)
+
+
+class GraphError(SonicError):
+    """The modules do not form a valid DAG: a cycle, or a product nobody makes."""
+
+
+class SourceError(SonicError):
+    """An input file, tree or branch that cannot be read."""
+
+
+class OutputError(SonicError):
+    """A product that cannot be written, or an output path that cannot be used."""
+
+
+class ModuleError(SonicError):
+    """A module raised while processing an event; names the module label and the event."""
+
+    def __init__(self, label: str, event: str, phase: str, cause: BaseException):
+        self.label, self.event, self.phase, self.cause = label, event, phase, cause
+        super().__init__(f"module '{label}' failed in {phase} on {event}: {type(cause).__name__}: {cause}")
+
+
+class InferenceError(SonicError):
+    """An inference request that failed: names the model and, for SONIC, the server."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Returns ' (did you mean X?)' for the closest choice, or '' when nothing is close."""
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

@@ -1,0 +1,175 @@
+"""The module DAG: built from declared consumes/produces with networkx, checked, pruned and ordered.
+
+Edges run from the module that produces a key to every module that consumes it. A filter also gets
+an edge to every module after it in the path, so "the rest of the path" is skipped for rejected
+events deterministically. Modules whose products nobody needs (not consumed, not selected for
+output) are pruned, as CMSSW's unscheduled execution would never run them; filters and analyzers are
+always kept.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+
+from .errors import GraphError, did_you_mean
+from .module import Analyzer, Filter, Module
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ModuleGraph:
+    """The checked DAG of one process.
+
+    Attributes:
+        graph: networkx DiGraph over module labels (edge attribute ``keys``: what flows along it).
+        order: labels in a deterministic topological order (ties broken by path position).
+        source_keys: keys read from the source, with the labels of their consumers.
+        pruned: labels removed because nothing needs them.
+        filter_descendants: for each filter, the modules skipped when it rejects an event.
+    """
+
+    graph: nx.DiGraph
+    order: list[str]
+    source_keys: dict[str, list[str]]
+    pruned: list[str] = field(default_factory=list)
+    filter_descendants: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def upstream(self, label: str) -> list[str]:
+        return sorted(self.graph.predecessors(label), key=self.order.index)
+
+    def downstream(self, label: str) -> list[str]:
+        return sorted(self.graph.successors(label), key=self.order.index)
+
+
+def selected(keys: list[str], patterns: list[str]) -> list[str]:
+    """Keys matching any of the glob ``patterns`` (``"*"``, ``"pnet:*"``, ``"met:met"``)."""
+    return [k for k in keys if any(fnmatch.fnmatchcase(k, p) for p in patterns)]
+
+
+def build(modules: dict[str, Module], path: list[str], output_patterns: list[str]) -> ModuleGraph:
+    """Builds, checks and prunes the DAG.
+
+    Args:
+        modules: module instances by label (one stream's set).
+        path: labels in path order (filters act on what follows them).
+        output_patterns: product globs wanted in the output; products matching none are not needed.
+
+    Raises:
+        GraphError: a product consumed but never produced, or a cycle (naming the modules and keys).
+    """
+    producer_of: dict[str, str] = {}
+    for label, module in modules.items():
+        for key in module.produces():
+            producer_of[key] = label
+
+    g = nx.DiGraph()
+    g.add_nodes_from(modules)
+    source_keys: dict[str, list[str]] = {}
+    for label, module in modules.items():
+        for key in module.consumes():
+            if key in producer_of:
+                upstream = producer_of[key]
+                if upstream == label:
+                    raise GraphError(f"module '{label}' consumes its own product {key!r}")
+                if g.has_edge(upstream, label):
+                    g.edges[upstream, label]["keys"].append(key)
+                else:
+                    g.add_edge(upstream, label, keys=[key])
+                continue
+            owner, sep, instance = key.partition(":")
+            if sep:
+                if owner in modules:
+                    raise GraphError(f"module '{label}' consumes {key!r}, but module '{owner}' "
+                                     f"({type(modules[owner]).__name__}) produces only "
+                                     f"{modules[owner].produces() or 'nothing'}")
+                raise GraphError(f"module '{label}' consumes {key!r}, but no module is labelled {owner!r}"
+                                 f"{did_you_mean(owner, modules)}")
+            source_keys.setdefault(key, []).append(label)
+
+    position = {label: i for i, label in enumerate(path)}
+    for label in modules:
+        position.setdefault(label, len(position))
+    for label in path:
+        if isinstance(modules[label], Filter):
+            for later in path[position[label] + 1:]:
+                if not g.has_edge(label, later):
+                    g.add_edge(label, later, keys=["<filter>"])
+
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        cycle = None
+    if cycle:
+        hops = " → ".join(f"'{a}' ({', '.join(g.edges[a, b]['keys'])})" for a, b in cycle)
+        raise GraphError(f"the modules form a cycle: {hops} → '{cycle[0][0]}'")
+
+    all_products = list(producer_of)
+    wanted = {producer_of[k] for k in selected(all_products, output_patterns)}
+    wanted |= {label for label, m in modules.items() if isinstance(m, (Filter, Analyzer))}
+    needed = set(wanted)
+    for label in wanted:
+        needed |= nx.ancestors(g, label)
+    pruned = [label for label in path if label not in needed]
+    if pruned:
+        log.warning("pruned modules nothing needs (not consumed, not in output.products): %s", ", ".join(pruned))
+        g.remove_nodes_from(pruned)
+        source_keys = {key: [c for c in consumers if c not in pruned] for key, consumers in source_keys.items()}
+        source_keys = {key: consumers for key, consumers in source_keys.items() if consumers}
+
+    order = list(nx.lexicographical_topological_sort(g, key=lambda label: position[label]))
+    descendants = {label: frozenset(nx.descendants(g, label)) for label in order if isinstance(modules[label], Filter)}
+    return ModuleGraph(graph=g, order=order, source_keys=source_keys, pruned=pruned, filter_descendants=descendants)
+
+
+def to_dot(mg: ModuleGraph, modules: dict[str, Module]) -> str:
+    """DOT text of the DAG, source keys as boxes (Graphviz can render it)."""
+    import pydot
+
+    dot = pydot.Dot("process", graph_type="digraph", rankdir="LR")
+    for key in mg.source_keys:
+        dot.add_node(pydot.Node(f'"src:{key}"', label=f'"{key}"', shape="box", style="filled", fillcolor="#e8e8e8"))
+    for label in mg.order:
+        kind = type(modules[label]).kind
+        color = {"external": "#ffd9a0", "filter": "#c6e2ff", "analyzer": "#d4f4d4"}.get(kind, "white")
+        dot.add_node(pydot.Node(label, label=f'"{label}\\n{type(modules[label]).__name__}"', shape="ellipse",
+                                style="filled", fillcolor=color))
+    for key, consumers in mg.source_keys.items():
+        for label in consumers:
+            dot.add_edge(pydot.Edge(f'"src:{key}"', label))
+    for a, b, data in mg.graph.edges(data=True):
+        dot.add_edge(pydot.Edge(a, b, label=f'"{", ".join(data["keys"])}"'))
+    return dot.to_string()
+
+
+def draw_png(mg: ModuleGraph, modules: dict[str, Module], path: str | Path) -> None:
+    """Draws the DAG as a PNG with matplotlib (no Graphviz needed), modules layered by dependency depth."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    g = nx.DiGraph(mg.graph)
+    for key, consumers in mg.source_keys.items():
+        for label in consumers:
+            g.add_edge(f"[{key}]", label)
+    for layer, nodes in enumerate(nx.topological_generations(g)):
+        for node in nodes:
+            g.nodes[node]["layer"] = layer
+    pos = nx.multipartite_layout(g, subset_key="layer")
+    kinds = {label: type(modules[label]).kind for label in mg.order}
+    colors = [{"external": "#ffb347", "filter": "#87cefa", "analyzer": "#90ee90", "producer": "#ffffff"}
+              .get(kinds.get(n, ""), "#dddddd") for n in g.nodes]
+    width = max(6.0, 2.2 * (1 + max(nx.get_node_attributes(g, "layer").values(), default=0)))
+    fig, ax = plt.subplots(figsize=(width, max(4.0, 0.6 * len(g))))
+    nx.draw_networkx(g, pos, ax=ax, node_color=colors, edgecolors="black", node_size=1800, font_size=7,
+                     arrows=True, arrowsize=12)
+    ax.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

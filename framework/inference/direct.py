@@ -1,0 +1,121 @@
+"""Direct inference: onnxruntime in this process, off the scheduler's threads (CMSSW's PseudoAsync).
+
+One ``InferenceSession`` per model is shared by every stream (onnxruntime sessions are thread-safe
+for ``run``); calls run on a small thread pool so a worker that issued a request is free for other
+modules while onnxruntime (which releases the GIL) computes. Batches larger than the model's
+``max_batch_size`` are split exactly as the SONIC client splits them, so both modes see the same
+batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..errors import InferenceError
+from .client import Counters, InferenceClient, batches, check_inputs, concatenate
+from .repository import ModelInfo, ModelRepository
+
+log = logging.getLogger(__name__)
+
+
+def session_options(intra_op_threads: int, inter_op_threads: int) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    options.log_severity_level = 3
+    return options
+
+
+def providers(device: str) -> list[str]:
+    """Execution providers for ``device`` ("cpu", "gpu" or "auto": GPU when onnxruntime has CUDA)."""
+    available = ort.get_available_providers()
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if device == "gpu":
+        raise InferenceError(f"device 'gpu' asked for, but this onnxruntime has only {available} "
+                             f"(install onnxruntime-gpu)")
+    return ["CPUExecutionProvider"]
+
+
+class DirectClient(InferenceClient):
+    """Runs repository models with onnxruntime in-process.
+
+    Args:
+        repository (ModelRepository): where models are found (the same directories a server serves).
+        workers (int): threads running sessions concurrently (requests beyond wait in a queue).
+        intra_op_threads (int): onnxruntime threads inside one run (1 keeps jobs polite on shared nodes).
+        inter_op_threads (int): onnxruntime threads across graph branches.
+        device (str): "cpu", "gpu" or "auto".
+    """
+
+    mode = "direct"
+
+    def __init__(self, repository: ModelRepository, workers: int = 2, intra_op_threads: int = 1,
+                 inter_op_threads: int = 1, device: str = "cpu"):
+        self.repository = repository
+        self.options = (intra_op_threads, inter_op_threads)
+        self.providers = providers(device)
+        self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="onnxruntime")
+        self._sessions: dict[str, ort.InferenceSession] = {}
+        self._lock = threading.Lock()
+        self.counters = Counters()
+
+    def model_info(self, model: str) -> ModelInfo:
+        return self.repository.get(model)
+
+    def session(self, model: str) -> ort.InferenceSession:
+        """The model's shared session, created (after checksum verification) on first use."""
+        with self._lock:
+            if model not in self._sessions:
+                info = self.repository.get(model)
+                info.verify_checksums()
+                path = info.model_file()
+                if not path.exists():
+                    raise InferenceError(f"model {model!r}: {path} does not exist")
+                try:
+                    self._sessions[model] = ort.InferenceSession(os.fspath(path), session_options(*self.options),
+                                                                 providers=self.providers)
+                except Exception as err:
+                    raise InferenceError(f"model {model!r}: onnxruntime cannot load {path}: {err}") from None
+                log.debug("loaded %s with %s", path, self.providers)
+            return self._sessions[model]
+
+    def run(self, model: str, inputs: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Synchronous inference on the calling thread (the Future-less form of :meth:`infer`)."""
+        info = self.model_info(model)
+        batch = check_inputs(info, inputs, outputs)
+        session = self.session(model)
+        names = outputs or [spec.name for spec in info.outputs]
+        start = time.perf_counter()
+        parts = []
+        for part in batches(info, inputs, batch):
+            try:
+                values = session.run(names, part)
+            except Exception as err:  # onnxruntime's exceptions carry no common base we can name
+                raise InferenceError(f"model {model!r}: onnxruntime failed: {err}") from None
+            parts.append(dict(zip(names, values)))
+        self.counters.add(model, calls=1, requests=len(parts), rows=batch, seconds=time.perf_counter() - start)
+        return concatenate(parts)
+
+    def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> Future:
+        info = self.model_info(model)
+        check_inputs(info, inputs, outputs)  # fail in acquire, on the caller's thread, with the caller's context
+        return self._pool.submit(self.run, model, inputs, outputs)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"mode": self.mode, "providers": self.providers, "models": self.counters.as_dict()}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._sessions.clear()

@@ -1,0 +1,201 @@
+"""Triton model repositories: one directory serves both direct and SONIC inference.
+
+A model is identified by its repository entry, as Triton lays it out::
+
+    <repository>/<model name>/config.pbtxt
+    <repository>/<model name>/<version>/model.onnx
+    <repository>/<model name>/<labels file>           (optional, named by an output's label_filename)
+
+``config.pbtxt`` is parsed with Triton's own protobuf schema (``tritonclient``'s ``model_config_pb2``),
+so a repository written for the official Triton (e.g. CMS's, with ``platform: "onnxruntime_onnx"``)
+is read exactly as the server reads it. Direct inference opens the same ONNX file, which is what
+makes direct and SONIC results comparable.
+
+CMS configs carry ``model_repository_agents { checksum { "MD5:1/model.onnx": ... } }``; the checksum
+is verified here before a model is used, in either mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ..errors import InferenceError, did_you_mean
+
+#: Triton data types (config enum names without TYPE_) → numpy dtypes
+TRITON_TO_NUMPY: dict[str, np.dtype] = {
+    "BOOL": np.dtype(bool), "UINT8": np.dtype(np.uint8), "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32), "UINT64": np.dtype(np.uint64), "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16), "INT32": np.dtype(np.int32), "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16), "FP32": np.dtype(np.float32), "FP64": np.dtype(np.float64),
+    "STRING": np.dtype(object),
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output of a model, as its config declares it (dims exclude the batch dimension)."""
+
+    name: str
+    datatype: str  # Triton name: FP32, INT64, ...
+    dims: tuple[int, ...]
+    labels: str | None = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        return TRITON_TO_NUMPY[self.datatype]
+
+
+@dataclass
+class ModelInfo:
+    """A model's repository entry: what both inference modes need to know about it.
+
+    Attributes:
+        name: the model name (its directory name, which Triton requires to equal ``config.name``).
+        path: the model's directory.
+        config: the parsed ``config.pbtxt`` (``tritonclient.grpc.model_config_pb2.ModelConfig``).
+        version: the version served (the highest version directory unless a policy says otherwise).
+    """
+
+    name: str
+    path: Path
+    config: mc.ModelConfig
+    version: int
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+
+    @property
+    def max_batch_size(self) -> int:
+        """0 means the model has no batch dimension (inputs are sent with their full shape)."""
+        return int(self.config.max_batch_size)
+
+    @property
+    def platform(self) -> str:
+        return self.config.platform or self.config.backend
+
+    def model_file(self) -> Path:
+        """The file direct inference loads (``<version>/model.onnx`` unless ``default_model_filename``)."""
+        filename = self.config.default_model_filename or "model.onnx"
+        return self.path / str(self.version) / filename
+
+    def checksums(self) -> dict[str, str]:
+        """``{relative path: md5}`` from the checksum repository agent, as CMS configs declare them."""
+        sums: dict[str, str] = {}
+        for agent in self.config.model_repository_agents.agents:
+            if agent.name != "checksum":
+                continue
+            for key, value in agent.parameters.items():
+                algo, _, rel = key.partition(":")
+                if algo.upper() != "MD5":
+                    raise InferenceError(f"model {self.name!r}: unsupported checksum algorithm {algo!r} in {self.path}")
+                sums[rel] = value.lower()
+        return sums
+
+    def verify_checksums(self) -> None:
+        """Raises :class:`InferenceError` naming the file if any declared MD5 does not match."""
+        for rel, expected in self.checksums().items():
+            target = self.path / rel
+            if not target.exists():
+                raise InferenceError(f"model {self.name!r}: checksum names {rel}, which does not exist in {self.path}")
+            actual = md5(target)
+            if actual != expected:
+                raise InferenceError(f"model {self.name!r}: MD5 of {target} is {actual}, config.pbtxt expects "
+                                     f"{expected}: the file is not the model the config describes")
+
+    @cached_property
+    def labels(self) -> dict[str, list[str]]:
+        """Class labels per output, from the outputs' ``label_filename`` files."""
+        out = {}
+        for spec in self.outputs:
+            if spec.labels:
+                out[spec.name] = (self.path / spec.labels).read_text().split()
+        return out
+
+
+def md5(path: str | os.PathLike) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _specs(tensors: list) -> list[TensorSpec]:
+    return [TensorSpec(t.name, mc.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(int(d) for d in t.dims),
+                       getattr(t, "label_filename", "") or None) for t in tensors]
+
+
+def parse_config(path: str | os.PathLike) -> mc.ModelConfig:
+    """Parses a ``config.pbtxt``; a syntax error names the file."""
+    path = Path(path)
+    try:
+        return text_format.Parse(path.read_text(), mc.ModelConfig())
+    except text_format.ParseError as err:
+        raise InferenceError(f"{path}: cannot parse Triton model config: {err}") from None
+    except FileNotFoundError:
+        raise InferenceError(f"{path}: model config not found") from None
+
+
+def load_model(model_dir: str | os.PathLike) -> ModelInfo:
+    """Reads one model directory (config + versions)."""
+    model_dir = Path(model_dir)
+    config = parse_config(model_dir / "config.pbtxt")
+    name = config.name or model_dir.name
+    if config.name and config.name != model_dir.name:
+        raise InferenceError(f"{model_dir}/config.pbtxt: name {config.name!r} differs from the directory name "
+                             f"{model_dir.name!r} (Triton requires them equal)")
+    versions = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    if not versions:
+        raise InferenceError(f"model {name!r} in {model_dir} has no version directory (e.g. 1/model.onnx)")
+    policy = config.version_policy
+    if policy.HasField("specific") and policy.specific.versions:
+        version = max(int(v) for v in policy.specific.versions)
+    else:
+        version = versions[-1]
+    config.name = name
+    return ModelInfo(name=name, path=model_dir, config=config, version=version,
+                     inputs=_specs(config.input), outputs=_specs(config.output))
+
+
+class ModelRepository:
+    """One or more repository directories searched in order (the first holding a model wins).
+
+    Args:
+        paths (list[str]): repository directories.
+    """
+
+    def __init__(self, paths: list[str | os.PathLike]):
+        self.paths = [Path(p) for p in paths]
+        for path in self.paths:
+            if not path.is_dir():
+                raise InferenceError(f"model repository {str(path)!r} does not exist")
+        self._cache: dict[str, ModelInfo] = {}
+
+    def names(self) -> list[str]:
+        """Every model name in the repositories."""
+        found: dict[str, None] = {}
+        for path in self.paths:
+            for entry in sorted(path.iterdir()):
+                if (entry / "config.pbtxt").exists():
+                    found.setdefault(entry.name)
+        return list(found)
+
+    def get(self, name: str) -> ModelInfo:
+        """The model ``name``; an unknown name raises InferenceError listing the repository's models."""
+        if name not in self._cache:
+            for path in self.paths:
+                if (path / name / "config.pbtxt").exists():
+                    self._cache[name] = load_model(path / name)
+                    break
+            else:
+                names = self.names()
+                raise InferenceError(f"model {name!r} is in no repository {[str(p) for p in self.paths]}"
+                                     f"{did_you_mean(name, names)}; available: {names}")
+        return self._cache[name]

@@ -1,0 +1,221 @@
+"""ROOT output: chosen products written with uproot, in chunks, under a temporary name.
+
+Per-event products are gathered into chunk-level awkward arrays and written NanoAOD-style: a jagged
+collection ``X`` with fields becomes a counter ``nX`` and branches ``X_<field>``; a fixed-size inner
+dimension inside a jagged list (``var * 4 * float32``, which uproot cannot write there) becomes one
+branch per component (``X_probs_0`` ... ``X_probs_3``).
+
+The file is written as ``<name>.tmp-<pid>`` next to the target and renamed only when the job ends
+successfully, so a failed or killed job never leaves a file that looks complete. The process
+configuration and the software version are stored in the file (``sonic_metadata``, JSON text).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from numbers import Number
+from typing import Any
+
+import awkward as ak
+import numpy as np
+import uproot
+
+from .config import OutputConfig
+from .errors import OutputError
+from .event import Event
+
+log = logging.getLogger(__name__)
+
+COMPRESSION = {"zstd": (uproot.ZSTD, 4), "lz4": (uproot.LZ4, 4), "zlib": (uproot.ZLIB, 1), "lzma": (uproot.LZMA, 8)}
+
+
+def compression(spec: str) -> Any:
+    """uproot compression from ``"zstd:4"``, ``"lz4"``, ``"none"``..."""
+    if spec in ("none", "", "0"):
+        return None
+    algo, _, level = spec.partition(":")
+    if algo not in COMPRESSION or (level and not level.isdigit()):
+        raise OutputError(f"unknown compression {spec!r}; use one of {sorted(COMPRESSION)} with an optional ':level'")
+    cls, default = COMPRESSION[algo]
+    return cls(int(level) if level else default)
+
+
+def branch_name(key: str) -> str:
+    """Default branch name of an event key: ``"pnet:probs"`` → ``"pnet_probs"``; branches keep their name."""
+    return key.replace(":", "_")
+
+
+def _stack_numpy(values: Sequence[np.ndarray]) -> Any:
+    shapes = {v.shape for v in values}
+    if len(shapes) == 1:
+        return np.stack(values) if values else np.zeros(0)
+    counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    inner = {v.shape[1:] for v in values}
+    if len(inner) != 1:
+        raise OutputError(f"per-event arrays differ in inner shape {sorted(inner)}; only the first dimension may vary")
+    return ak.unflatten(np.concatenate(values), counts)
+
+
+def to_chunk_array(values: Sequence[Any]) -> Any:
+    """Turns one product's per-event values into one array over the events (numpy or awkward).
+
+    Accepts numbers, numpy arrays (same shape → regular; first dimension varying → jagged), dicts of
+    those (→ records), and awkward arrays/records.
+    """
+    first = values[0]
+    if isinstance(first, (Number, np.generic, bool)):
+        return np.asarray(values)
+    if isinstance(first, np.ndarray):
+        return _stack_numpy(values)
+    if isinstance(first, dict):
+        fields = {name: to_chunk_array([v[name] for v in values]) for name in first}
+        return ak.zip(fields, depth_limit=1 if all(f.ndim == 1 for f in fields.values()) else 2)
+    if isinstance(first, ak.Array):
+        counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+        return ak.unflatten(ak.concatenate(values), counts)
+    return ak.from_iter(values)
+
+
+def writable(name: str, array: Any) -> dict[str, Any]:
+    """Branches uproot can write for ``array`` under ``name`` (records kept for NanoAOD-style output)."""
+    if isinstance(array, np.ndarray):
+        return {name: array}
+    array = ak.Array(array)
+    layout_type = array.type.content
+
+    def split_regular(arr: ak.Array, prefix: str) -> dict[str, ak.Array]:
+        typ, depth = arr.type.content, 1
+        while isinstance(typ, ak.types.ListType):
+            typ, depth = typ.content, depth + 1
+        if isinstance(typ, ak.types.RegularType) and depth > 1:
+            return {f"{prefix}_{i}": arr[(slice(None),) * depth + (i,)] for i in range(typ.size)}
+        return {prefix: arr}
+
+    if isinstance(layout_type, ak.types.RecordType):  # one record per event: flat branches name_field
+        out: dict[str, Any] = {}
+        for field in array.fields:
+            out.update(writable(f"{name}_{field}", array[field]))
+        return out
+    if isinstance(layout_type, ak.types.ListType) and isinstance(layout_type.content, ak.types.RecordType):
+        fields: dict[str, Any] = {}
+        for field in array.fields:  # a jagged collection: counter nX and branches X_field
+            fields.update(split_regular(array[field], field))
+        return {name: ak.zip(fields, depth_limit=2)}
+    if isinstance(layout_type, (ak.types.RegularType, ak.types.NumpyType)):
+        return {name: ak.to_numpy(array)}
+    return split_regular(array, name)
+
+
+def branch_type(array: Any) -> Any:
+    """The type uproot's ``mktree`` needs for a branch array."""
+    if isinstance(array, np.ndarray):
+        return array.dtype if array.ndim == 1 else np.dtype((array.dtype, array.shape[1:]))
+    return array.type.content
+
+
+class RootOutput:
+    """Writes chosen products and source columns to a ROOT TTree, atomically.
+
+    Args:
+        config (OutputConfig): file, tree, compression, chunk size.
+        products (dict[str, str]): product key → branch name.
+        columns (dict[str, str]): source column key → branch name (written chunk-wise, no per-event copies).
+        ids (list[str]): event-identity branches to carry over (``run``, ``luminosityBlock``, ``event``).
+        metadata (dict): stored as JSON text ``sonic_metadata`` (configuration, version, inputs).
+    """
+
+    def __init__(self, config: OutputConfig, products: dict[str, str], columns: dict[str, str], ids: list[str],
+                 metadata: dict[str, Any]):
+        if not config.file:
+            raise OutputError("no output file given")
+        self.config, self.products, self.columns, self.ids = config, products, columns, ids
+        self.metadata = metadata
+        self.path = os.path.abspath(config.file)
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            raise OutputError(f"output directory {directory!r} does not exist")
+        self.tmp_path = f"{self.path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+        self._file = uproot.recreate(self.tmp_path, compression=compression(config.compression))
+        self._tree = None
+        self._events: list[Event] = []
+        self.written = 0
+
+    def fill(self, event: Event) -> None:
+        """Adds one event that passed the filters; writes a basket every ``chunk_size`` events."""
+        self._events.append(event)
+        if len(self._events) >= self.config.chunk_size:
+            self.flush()
+
+    def _gather(self) -> dict[str, Any]:
+        events = self._events
+        branches: dict[str, Any] = {}
+        for name in self.ids:
+            branches[name] = np.fromiter((e.chunk.ids[name][e.i] for e in events), dtype=np.int64, count=len(events))
+        if self.columns:
+            groups: list[tuple[Any, np.ndarray]] = []
+            for chunk, members in itertools.groupby(events, key=lambda e: e.chunk):
+                index = np.fromiter((e.i for e in members), dtype=np.int64)
+                contiguous = index[-1] - index[0] + 1 == len(index)
+                groups.append((chunk, slice(int(index[0]), int(index[-1]) + 1) if contiguous else index))
+            for key, name in self.columns.items():
+                parts = [chunk.columns[key][sel] for chunk, sel in groups]
+                branches.update(writable(name, parts[0] if len(parts) == 1 else ak.concatenate(parts)))
+        for key, name in self.products.items():
+            try:
+                values = [e.products[key] for e in events]
+            except KeyError:
+                raise OutputError(f"product {key!r} is missing in an event that passed the filters "
+                                  f"(is its producer after a filter that skipped it?)") from None
+            try:
+                branches.update(writable(name, to_chunk_array(values)))
+            except OutputError as err:
+                raise OutputError(f"cannot write {key!r}: {err}") from None
+        return branches
+
+    def flush(self) -> None:
+        """Writes the buffered events as one basket per branch."""
+        if not self._events:
+            return
+        branches = self._gather()
+        try:
+            if self._tree is None:
+                types = {name: branch_type(arr) for name, arr in branches.items()}
+                self._tree = self._file.mktree(self.config.tree, types, field_name=lambda outer, inner: f"{outer}_{inner}",
+                                               counter_name=lambda counted: f"n{counted}")
+            self._tree.extend(branches)
+        except (TypeError, ValueError) as err:
+            raise OutputError(f"uproot cannot write these products to {self.path!r}: {err}") from None
+        self.written += len(self._events)
+        self._events = []
+
+    def write_object(self, path: str, obj: Any) -> None:
+        """Stores a histogram or other object uproot can write (e.g. ``hist.Hist``) at ``path``."""
+        self._file[path] = obj
+
+    def commit(self) -> str:
+        """Flushes, stores metadata, and renames the temporary file to its final name."""
+        self.flush()
+        if self._tree is None:  # no event passed: still write the tree, empty, so readers find it
+            self._file.mktree(self.config.tree, {name: np.int64 for name in self.ids} or {"event_index": np.int64})
+        self.metadata["events_written"] = self.written
+        self._file["sonic_metadata"] = json.dumps(self.metadata, default=str)
+        self._file.close()
+        os.replace(self.tmp_path, self.path)
+        log.info("wrote %d events to %s", self.written, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Discards the temporary file (a failed job leaves nothing that looks like output)."""
+        try:
+            self._file.close()
+        except Exception:  # noqa: BLE001 - closing a half-written file may fail; it is deleted anyway
+            pass
+        try:
+            os.unlink(self.tmp_path)
+        except FileNotFoundError:
+            pass

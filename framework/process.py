@@ -1,0 +1,264 @@
+"""A process: configuration → validated modules → DAG → source, scheduler, output → a run report.
+
+This is the one place that wires the rooms together (like cmsRun's EventProcessor, kept small):
+
+    cfg = config.load("configs/demo.yaml", ["source.max_events=100"])
+    result = Process(cfg).run()
+    print(result.timing.table())
+
+Everything a user can get wrong is checked in the constructor, before any file is opened for
+writing: module types and parameters, the DAG, the input files and branches, the output selection.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import graph as dag
+from .config import ProcessConfig
+from .errors import ConfigError, OutputError, SonicError
+from .module import Analyzer, Module
+from .output import RootOutput, branch_name
+from .registry import lookup
+from .scheduler import Scheduler
+from .services import Service, service_class
+from .source import Request, make_source
+from .timing import Timing
+
+log = logging.getLogger(__name__)
+
+
+class Interrupted(SonicError):
+    """The job was stopped by SIGINT; nothing was written."""
+
+
+@dataclass
+class RunResult:
+    """What a finished job did."""
+
+    events: int
+    written: int
+    output: str | None
+    timing: Timing
+
+
+def software_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("sonic-hep")
+    except Exception:  # noqa: BLE001 - running from a checkout without installing
+        return "unknown"
+
+
+class Process:
+    """A validated, ready-to-run job.
+
+    Args:
+        config (ProcessConfig): the parsed configuration.
+        open_source (bool): open and check the input files now (``False`` for ``sonic graph``).
+    """
+
+    def __init__(self, config: ProcessConfig, open_source: bool = True):
+        self.config = config
+        self.module_types = {label: self._module_type(mc) for label, mc in config.modules.items()}
+        self.module_params = {label: self._module_params(mc) for label, mc in config.modules.items()}
+        proto = {label: cls(label, self.module_params[label]) for label, cls in self.module_types.items()}
+        patterns = [p.split(" as ")[0].strip() for p in config.output.products]
+        self.graph = dag.build(proto, config.path, patterns)
+        self.prototypes = {label: proto[label] for label in self.graph.order}
+        self.output_products, self.output_columns = self._output_selection()
+        self.requests = self._source_requests()
+        self.source = make_source(config.source, self.requests) if open_source else None
+        self.services = self._make_services()
+
+    # -- validation ----------------------------------------------------------------------------------
+    def _module_type(self, mc: Any) -> type[Module]:
+        try:
+            return lookup(mc.type)
+        except KeyError as err:
+            raise ConfigError(err.args[0], file=self.config.file, key=f"modules.{mc.label}.type", line=mc.line) from None
+
+    def _module_params(self, mc: Any) -> dict[str, Any]:
+        cls = self.module_types[mc.label]
+        try:
+            return cls.validate_params(mc.params)
+        except KeyError as err:
+            name, reason, known = err.args
+            hint = f"; {cls.__name__} takes {known}" if reason == "unknown parameter" else ""
+            line = mc.params.lines.get(name, mc.line) if hasattr(mc.params, "lines") else mc.line
+            raise ConfigError(f"{reason} for module type {cls.__name__}{hint}", file=self.config.file,
+                              key=f"modules.{mc.label}.{name}", line=line) from None
+        except TypeError as err:
+            name, reason = err.args
+            line = mc.params.lines.get(name, mc.line) if hasattr(mc.params, "lines") else mc.line
+            raise ConfigError(reason, file=self.config.file, key=f"modules.{mc.label}.{name}", line=line) from None
+
+    def _output_selection(self) -> tuple[dict[str, str], dict[str, str]]:
+        """Product keys and source columns to write, with their branch names (``"key as Branch"`` renames)."""
+        product_keys = [k for m in self.prototypes.values() for k in m.produces()]
+        products: dict[str, str] = {}
+        columns: dict[str, str] = {}
+        for entry in self.config.output.products:
+            pattern, _, rename = (part.strip() for part in entry.partition(" as "))
+            matches = dag.selected(product_keys, [pattern])
+            if rename and len(matches) > 1:
+                raise ConfigError(f"{entry!r} renames {len(matches)} products; a rename needs exactly one",
+                                  file=self.config.file, key="output.products")
+            if matches:
+                for key in matches:
+                    products[key] = rename or branch_name(key)
+            elif ":" not in pattern and not any(ch in pattern for ch in "*?["):
+                columns[pattern] = rename or pattern
+            elif pattern != "*":
+                raise ConfigError(f"{pattern!r} matches no product (products: {product_keys})",
+                                  file=self.config.file, key="output.products")
+        return products, columns
+
+    def _source_requests(self) -> list[Request]:
+        merged: dict[str, Request] = {}
+        for module in self.prototypes.values():
+            for key, tag in module.inputs().items():
+                if key not in self.graph.source_keys:
+                    continue
+                old = merged.get(key)
+                fields = tag.fields
+                if old is not None and old.fields is not None and fields is not None:
+                    fields = tuple(dict.fromkeys(old.fields + fields))
+                elif old is not None:
+                    fields = old.fields if fields is None else fields
+                optional = tag.optional and (old is None or old.optional)
+                merged[key] = Request(key, fields, optional)
+        for key in self.output_columns:
+            merged.setdefault(key, Request(key))
+        return list(merged.values())
+
+    def _make_services(self) -> dict[str, Service]:
+        wanted = dict(self.config.services)
+        wanted.pop("timing", None)
+        for module in self.prototypes.values():
+            for name in module.requires:
+                wanted.setdefault(name, {})
+        return {name: service_class(name)(cfg) for name, cfg in wanted.items()}
+
+    # -- running -------------------------------------------------------------------------------------
+    def _instantiate_streams(self) -> list[dict[str, Module]]:
+        streams: list[dict[str, Module]] = []
+        for s in range(self.config.options.streams):
+            stream: dict[str, Module] = {}
+            for label, proto in self.prototypes.items():
+                if s == 0 or type(proto).shared:
+                    stream[label] = proto
+                else:
+                    stream[label] = self.module_types[label](label, self.module_params[label])
+            streams.append(stream)
+        for stream in streams:
+            for module in stream.values():
+                module.services = self.services
+        return streams
+
+    def metadata(self) -> dict[str, Any]:
+        """What is stored in the output file next to the events."""
+        return {"software": "sonic-hep", "version": software_version(), "python": sys.version.split()[0],
+                "host": socket.gethostname(), "platform": platform.platform(), "created": time.time(),
+                "config_file": self.config.file, "config": self.config.raw,
+                "inputs": list(getattr(self.source, "files", [])),
+                "first_entry": self.config.source.first_entry, "max_events": self.config.source.max_events}
+
+    def run(self, timing_json: str | None = None, progress: bool | None = None) -> RunResult:
+        """Runs the job. The output file appears (atomically) only if every event was processed.
+
+        Args:
+            timing_json: where to write the timing report as JSON (also ``services.timing.json``).
+            progress: show a progress bar (default: ``options.progress`` and stderr is a terminal).
+        """
+        cfg = self.config
+        streams = self._instantiate_streams()
+        unique = list({id(m): m for stream in streams for m in stream.values()}.values())
+        timing = Timing([(label, type(m).__name__, type(m).kind) for label, m in self.prototypes.items()])
+        output: RootOutput | None = None
+        path: str | None = None
+        started: list[Any] = []
+        events = written = emitted = 0
+        bar = self._progress_bar(progress)
+        try:
+            for service in self.services.values():
+                service.begin_job()
+                started.append(service)
+            for module in unique:
+                module.begin_job()
+                started.append(module)
+            if cfg.output.file:
+                output = RootOutput(cfg.output, self.output_products, self.output_columns,
+                                    self.source.id_branches, self.metadata())
+
+            def emit(event: Any, passed: bool) -> None:
+                nonlocal written, emitted
+                emitted += 1
+                if output is not None and passed:
+                    output.fill(event)
+                written += passed
+                if bar is not None:
+                    bar.update(1)
+
+            scheduler = Scheduler(self.graph, streams, cfg.options.threads, timing, cfg.options.seed)
+            timing.start = time.perf_counter()
+            events = scheduler.run(self.source.chunks(), emit)
+            timing.events = events
+            timing.finish()
+            for name, service in self.services.items():
+                section = service.report()
+                if section:
+                    timing.add_section(name, section)
+            if output is not None:
+                self._write_histograms(streams, output)
+                path = output.commit()
+        except KeyboardInterrupt:
+            if output is not None:
+                output.abort()
+            raise Interrupted(f"interrupted after {emitted} events; no output was written") from None
+        except BaseException:
+            if output is not None:
+                output.abort()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+            for item in reversed(started):
+                try:
+                    item.end_job()
+                except Exception as err:  # noqa: BLE001 - report, keep closing the rest
+                    log.error("end_job of %s failed: %s", getattr(item, "label", item), err)
+        timing_json = timing_json or cfg.services.get("timing", {}).get("json")
+        if timing_json:
+            timing.write_json(timing_json)
+        return RunResult(events=events, written=written, output=path, timing=timing)
+
+    def _write_histograms(self, streams: list[dict[str, Module]], output: RootOutput) -> None:
+        for label, proto in self.prototypes.items():
+            if not isinstance(proto, Analyzer):
+                continue
+            instances = list({id(s[label]): s[label] for s in streams}.values())
+            totals: dict[str, Any] = {}
+            for module in instances:
+                for name, hist in module.histograms().items():
+                    totals[name] = hist if name not in totals else totals[name] + hist
+            for name, hist in totals.items():
+                try:
+                    output.write_object(f"{label}/{name}", hist)
+                except Exception as err:
+                    raise OutputError(f"cannot write histogram {label}/{name}: {err}") from None
+
+    def _progress_bar(self, progress: bool | None) -> Any:
+        show = self.config.options.progress if progress is None else progress
+        if not show or not sys.stderr.isatty():
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.source.total, unit="evt", desc=self.config.name, leave=False)

@@ -1,0 +1,1 @@
+"""Generic modules usable in any workflow: selections, sums, histograms, and test/benchmark helpers."""

@@ -1,0 +1,1 @@
+"""Running whole workflows: the sonic CLI, job splitting, executors, benchmarks."""

@@ -1,0 +1,40 @@
+"""``sonic graph CONFIG``: the module DAG in execution order, written as DOT and PNG."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ...framework import config as cfgmod
+from ...framework import graph as dag
+from ...framework.process import Process
+from .run import add_process_arguments, overrides_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("graph", help="print the module order and draw the DAG", description=__doc__)
+    add_process_arguments(parser)
+    parser.add_argument("--dot", metavar="FILE", help="DOT output (default: <config name>.dot)")
+    parser.add_argument("--png", metavar="FILE", help="PNG output (default: <config name>.png)")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = cfgmod.load(args.config, overrides_from(args))
+    process = Process(config, open_source=False)
+    g = process.graph
+    print(f"process {config.name}: {len(g.order)} modules")
+    for n, label in enumerate(g.order, 1):
+        module = process.prototypes[label]
+        after = ", ".join(g.upstream(label)) or "source"
+        print(f"{n:3d}. {label:<20} {type(module).__name__:<24} after: {after}")
+    if g.pruned:
+        print(f"pruned (nothing needs them): {', '.join(g.pruned)}")
+    print(f"source keys read: {', '.join(sorted(g.source_keys)) or 'none'}")
+    stem = Path(config.name)
+    dot_path = Path(args.dot or f"{stem}.dot")
+    png_path = Path(args.png or f"{stem}.png")
+    dot_path.write_text(dag.to_dot(g, process.prototypes))
+    dag.draw_png(g, process.prototypes, png_path)
+    print(f"wrote {dot_path} and {png_path}")
+    return 0

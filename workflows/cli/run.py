@@ -1,0 +1,69 @@
+"""``sonic run CONFIG``: process events with a workflow configuration (like ``cmsRun``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ...framework import config as cfgmod
+from ...framework.process import Process
+
+
+def add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that runs or inspects a configuration."""
+    parser.add_argument("config", help="a YAML process configuration, or the name of a shipped one (e.g. miniaod)")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="override any setting: module.param=value, source.max_events=10, "
+                             "services.inference.mode=sonic ...")
+
+
+def overrides_from(args: argparse.Namespace) -> list[str]:
+    """The ``-p`` overrides plus the dedicated options, as ``key=value`` strings."""
+    overrides = list(args.param)
+    if getattr(args, "input", None):
+        overrides.append("source.files=[" + ", ".join(_quote(f) for f in args.input) + "]")
+    if getattr(args, "output", None):
+        overrides.append(f"output.file={_quote(args.output)}")
+    for option, key in (("max_events", "source.max_events"), ("first_entry", "source.first_entry"),
+                        ("streams", "options.streams"), ("threads", "options.threads")):
+        value = getattr(args, option, None)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    if getattr(args, "inference", None):
+        overrides.append(f"services.inference.mode={args.inference}")
+    if getattr(args, "server", None):
+        overrides.append("services.inference.servers=[" + ", ".join(_quote(s) for s in args.server) + "]")
+    return overrides
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("run", help="run a workflow over events", description=__doc__)
+    add_process_arguments(parser)
+    parser.add_argument("--input", "-i", nargs="+", metavar="FILE", help="input ROOT files or globs (replace source.files)")
+    parser.add_argument("--output", "-o", metavar="FILE", help="output ROOT file (replaces output.file)")
+    parser.add_argument("--max-events", "-n", type=int, help="process at most N events")
+    parser.add_argument("--first-entry", type=int, help="skip the first N entries of the input")
+    parser.add_argument("--streams", "-s", type=int, help="events in flight at once")
+    parser.add_argument("--threads", "-t", type=int, help="worker threads")
+    parser.add_argument("--inference", choices=("direct", "sonic"),
+                        help="run models in-process (direct) or on Triton servers (sonic)")
+    parser.add_argument("--server", action="append", metavar="HOST:PORT",
+                        help="a Triton server for --inference sonic (repeatable); none: a local one is started")
+    parser.add_argument("--timing-json", metavar="FILE", help="write the timing report as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", "-q", action="store_true", help="do not print the timing table")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = cfgmod.load(args.config, overrides_from(args))
+    result = Process(config).run(timing_json=args.timing_json, progress=False if args.no_progress else None)
+    if not args.quiet:
+        print(result.timing.table())
+    where = f" to {result.output}" if result.output else ""
+    print(f"processed {result.events} events, wrote {result.written}{where}", file=sys.stderr)
+    return 0
