@@ -199,3 +199,50 @@ class ModelRepository:
                 raise InferenceError(f"model {name!r} is in no repository {[str(p) for p in self.paths]}"
                                      f"{did_you_mean(name, names)}; available: {names}")
         return self._cache[name]
+
+
+def write_model(repository: str | os.PathLike, name: str, onnx_model: bytes | str | os.PathLike,
+                inputs: list[TensorSpec], outputs: list[TensorSpec], max_batch_size: int,
+                preferred_batch_sizes: tuple[int, ...] = (), max_queue_delay_us: int = 0, instance_count: int = 1,
+                labels: dict[str, list[str]] | None = None, version: int = 1, checksum: bool = True) -> Path:
+    """Writes a standard Triton repository entry for an ONNX model (``platform: "onnxruntime_onnx"``).
+
+    The result is what the official Triton serves as it is, and what our server and direct mode read:
+    ``<repository>/<name>/config.pbtxt`` (with dynamic batching and, if ``checksum``, an MD5 checksum
+    agent entry as CMS writes them) and ``<repository>/<name>/<version>/model.onnx``.
+
+    Args:
+        repository: the repository directory (created if needed).
+        name: model name.
+        onnx_model: serialized ONNX bytes or a path to an ONNX file.
+        inputs, outputs: tensor specs; ``dims`` exclude the batch dimension; ``-1`` for variable sizes.
+        max_batch_size: 0 for a model without batch dimension.
+        preferred_batch_sizes, max_queue_delay_us: dynamic batching settings (batching is on when
+            ``max_batch_size > 0``).
+        instance_count: model instances the server runs in parallel.
+        labels: class labels per output name (written as ``<output>_labels.txt``).
+    """
+    model_dir = Path(repository) / name
+    (model_dir / str(version)).mkdir(parents=True, exist_ok=True)
+    target = model_dir / str(version) / "model.onnx"
+    data = onnx_model if isinstance(onnx_model, bytes) else Path(onnx_model).read_bytes()
+    target.write_bytes(data)
+    config = mc.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=max_batch_size)
+    for spec in inputs:
+        config.input.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
+    for spec in outputs:
+        out = config.output.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype),
+                                dims=list(spec.dims))
+        if labels and spec.name in labels:
+            filename = f"{spec.name}_labels.txt".replace("/", "_").replace(":", "_")
+            (model_dir / filename).write_text("\n".join(labels[spec.name]) + "\n")
+            out.label_filename = filename
+    if max_batch_size > 0:
+        config.dynamic_batching.preferred_batch_size.extend(preferred_batch_sizes)
+        config.dynamic_batching.max_queue_delay_microseconds = max_queue_delay_us
+    config.instance_group.add(count=instance_count, kind=mc.ModelInstanceGroup.KIND_CPU)
+    if checksum:
+        agent = config.model_repository_agents.agents.add(name="checksum")
+        agent.parameters[f"MD5:{version}/model.onnx"] = hashlib.md5(data).hexdigest()
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return model_dir
