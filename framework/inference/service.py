@@ -24,8 +24,10 @@ Module code is the same in both modes; only this section (or ``--inference``) ch
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, did_you_mean
@@ -77,9 +79,21 @@ class InferenceConfig:
         return config
 
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_repository(path: str) -> str:
+    """A repository path as given if it exists, else relative to the project (so ``data/models/miniaod``
+    in a shipped configuration works from any working directory)."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    candidate = PROJECT_ROOT / path
+    return str(candidate) if candidate.exists() else path
+
+
 def make_client(config: InferenceConfig) -> InferenceClient:
     """The client for ``config.mode``."""
-    repository = ModelRepository(config.repository) if config.repository else None
+    repository = ModelRepository([resolve_repository(p) for p in config.repository]) if config.repository else None
     if config.mode == "direct":
         if repository is None:
             raise ConfigError("direct inference needs a model repository", key="services.inference.repository")
