@@ -1,0 +1,37 @@
+"""Fixtures shared by every test area: where ../shared is, and how to run the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SONIC_HEP_SHARED", PROJECT.parent / "shared"))
+
+
+def shared_path(*parts: str) -> Path:
+    """A file under ../shared, or a skip when the checkout has none (users' checkouts do not)."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not available (../shared is only beside the development checkout)")
+    return path
+
+
+@pytest.fixture
+def sonic_cli():
+    """Runs the ``sonic`` command line in a subprocess; returns the CompletedProcess."""
+
+    def run(*args: str, cwd: str | os.PathLike | None = None, check: bool = False, timeout: float = 300,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "sonic_hep.workflows.cli", *map(str, args)]
+        result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                                env={**os.environ, **(env or {})})
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        return result
+
+    return run
