@@ -21,18 +21,11 @@ import numpy as np
 import onnxruntime as ort
 
 from ..errors import InferenceError
+from .backends.onnxruntime.ort_session import open_session
 from .client import Counters, InferenceClient, batches, check_inputs, concatenate
 from .repository import ModelInfo, ModelRepository
 
 log = logging.getLogger(__name__)
-
-
-def session_options(intra_op_threads: int, inter_op_threads: int) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads
-    options.inter_op_num_threads = inter_op_threads
-    options.log_severity_level = 3
-    return options
 
 
 def providers(device: str) -> list[str]:
@@ -84,8 +77,8 @@ class DirectClient(InferenceClient):
                 if not path.exists():
                     raise InferenceError(f"model {model!r}: {path} does not exist")
                 try:
-                    self._sessions[model] = ort.InferenceSession(os.fspath(path), session_options(*self.options),
-                                                                 providers=self.providers)
+                    self._sessions[model] = open_session(os.fspath(path), info.config_dict, self.providers,
+                                                         *self.options)
                 except Exception as err:
                     raise InferenceError(f"model {model!r}: onnxruntime cannot load {path}: {err}") from None
                 log.debug("loaded %s with %s", path, self.providers)

@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ..errors import InferenceError, did_you_mean
@@ -75,6 +75,11 @@ class ModelInfo:
     def max_batch_size(self) -> int:
         """0 means the model has no batch dimension (inputs are sent with their full shape)."""
         return int(self.config.max_batch_size)
+
+    @cached_property
+    def config_dict(self) -> dict:
+        """The config in Triton's JSON form (snake_case keys), as the server hands it to backends."""
+        return json_format.MessageToDict(self.config, preserving_proto_field_name=True)
 
     @property
     def platform(self) -> str:

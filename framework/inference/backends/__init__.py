@@ -1,0 +1,1 @@
+"""Python-based Triton backends shipped with sonic-hep (see ``onnxruntime/model.py``)."""

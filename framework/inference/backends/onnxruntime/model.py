@@ -1,0 +1,109 @@
+"""Triton python-based backend ``onnxruntime``: serves ``platform: "onnxruntime_onnx"`` models unmodified.
+
+The pip-installed Triton has no onnxruntime backend library. When a model's platform maps to backend
+``onnxruntime`` and ``<backend-directory>/onnxruntime/model.py`` exists, Triton runs that file through
+the python backend for every such model; this is that file. It reads the model's own config (what
+Triton passes as ``args["model_config"]``), so a repository written for the official Triton (CMS's
+ParticleNet, DeepMET) is served as it is:
+
+* ``max_batch_size`` and ``dynamic_batching``: Triton's batcher hands :meth:`execute` several requests;
+  those with equal non-batch shapes and the same requested outputs are concatenated and run as one
+  onnxruntime call (one execution serves many requests), then split back per request;
+* ``instance_group``: Triton starts one stub process per instance, each with its own session;
+  ``KIND_GPU`` instances use onnxruntime's CUDA provider when it exists;
+* variable dims (``-1``): any size; requests of different sizes run in separate calls;
+* ``label_filename``: classification (``class_count`` on an output) is done by Triton's core;
+* ``optimization.graph.level`` and the ``intra_op_thread_count``/``inter_op_thread_count`` parameters,
+  as the official backend reads them (see ``ort_session.py``); ``SONIC_ORT_THREADS`` sets the default.
+
+Only onnxruntime and numpy are imported (this file runs in the stub's interpreter, not necessarily
+sonic-hep's); numpy 2 in that interpreter silently breaks the python backend, so it is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from ort_session import open_session  # noqa: E402  (beside this file, found through the path above)
+
+
+class TritonPythonModel:
+    """One model instance: an onnxruntime session and the config's tensor names and types."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        if int(np.__version__.split(".")[0]) >= 2:
+            raise RuntimeError(f"the Triton python backend needs numpy<2 in the server's python "
+                               f"({sys.executable} has numpy {np.__version__}); outputs would come back empty")
+        self.config = json.loads(args["model_config"])
+        self.name = self.config["name"]
+        self.max_batch_size = int(self.config.get("max_batch_size", 0))
+        self.input_names = [spec["name"] for spec in self.config["input"]]
+        self.output_types = {spec["name"]: pb_utils.triton_string_to_numpy(spec["data_type"])
+                             for spec in self.config["output"]}
+        filename = self.config.get("default_model_filename") or "model.onnx"
+        path = os.path.join(args["model_repository"], args["model_version"], filename)
+        providers: list = ["CPUExecutionProvider"]
+        if args.get("model_instance_kind") == "GPU":
+            import onnxruntime as ort
+
+            if "CUDAExecutionProvider" in ort.get_available_providers():
+                device = int(args.get("model_instance_device_id") or 0)
+                providers = [("CUDAExecutionProvider", {"device_id": device}), "CPUExecutionProvider"]
+        threads = int(os.environ.get("SONIC_ORT_THREADS", "1"))
+        self.session = open_session(path, self.config, providers, intra_op_threads=threads)
+
+    def execute(self, requests: list) -> list:
+        """Runs the requests Triton batched together; one response per request, in order."""
+        responses: list = [None] * len(requests)
+        groups: dict[tuple, list[tuple[int, dict[str, np.ndarray]]]] = {}
+        for index, request in enumerate(requests):
+            try:
+                arrays = {name: self._input(request, name) for name in self.input_names}
+            except ValueError as err:
+                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err)))
+                continue
+            wanted = tuple(request.requested_output_names() or self.output_types)
+            if self.max_batch_size > 0:
+                key = (wanted, tuple(a.shape[1:] for a in arrays.values()))
+            else:
+                key = (wanted, index)  # no batch dimension: nothing to concatenate
+            groups.setdefault(key, []).append((index, arrays))
+        for (wanted, _), members in groups.items():
+            try:
+                outputs = self._run(list(wanted), [arrays for _, arrays in members])
+            except Exception as err:  # noqa: BLE001 - onnxruntime errors have no common base; report per request
+                error = pb_utils.TritonError(f"model {self.name!r}: onnxruntime failed: {err}")
+                for index, _ in members:
+                    responses[index] = pb_utils.InferenceResponse(error=error)
+                continue
+            for (index, _), values in zip(members, outputs):
+                tensors = [pb_utils.Tensor(name, np.ascontiguousarray(value, dtype=self.output_types[name]))
+                           for name, value in zip(wanted, values)]
+                responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+        return responses
+
+    def _input(self, request, name: str) -> np.ndarray:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is None:
+            raise ValueError(f"model {self.name!r}: request has no input {name!r}")
+        return tensor.as_numpy()
+
+    def _run(self, wanted: list[str], members: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+        """One onnxruntime call for all ``members`` (concatenated on the batch axis); outputs per member."""
+        if len(members) == 1:
+            return [self.session.run(wanted, members[0])]
+        sizes = [len(next(iter(arrays.values()))) for arrays in members]
+        feed = {name: np.concatenate([arrays[name] for arrays in members]) for name in self.input_names}
+        values = self.session.run(wanted, feed)
+        cuts = np.cumsum(sizes)[:-1]
+        split = [np.split(value, cuts) for value in values]
+        return [[parts[i] for parts in split] for i in range(len(members))]
+
+    def finalize(self) -> None:
+        self.session = None

@@ -1,0 +1,73 @@
+"""The repository a server actually loads: a runtime copy of the project's, checked and adapted.
+
+The pip-installed Triton has no repository agents, so a config carrying
+``model_repository_agents { checksum ... }`` (as every CMS config does) would not load. The project
+verifies those MD5 checksums itself (:meth:`ModelInfo.verify_checksums`) and serves a runtime copy::
+
+    <runtime>/<model>/config.pbtxt      the original without model_repository_agents
+    <runtime>/<model>/<anything else>   symlinks to the original files (versions, labels, model.py)
+
+A model whose checksum is wrong is never served. The original repository is never written.
+
+``device="cpu"`` (the fallback server, like CMSSW's) turns ``KIND_GPU`` instance groups into
+``KIND_CPU``; ``device="gpu"`` leaves the config as it is (unset kinds then pick the GPU).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from .repository import ModelInfo, ModelRepository
+
+
+def runtime_config(info: ModelInfo, device: str = "cpu") -> mc.ModelConfig:
+    """The config a server loads for ``info``: no repository agents; instance kinds for ``device``."""
+    config = mc.ModelConfig()
+    config.CopyFrom(info.config)
+    config.ClearField("model_repository_agents")
+    if device == "cpu":
+        for group in config.instance_group:
+            if group.kind in (mc.ModelInstanceGroup.KIND_GPU, mc.ModelInstanceGroup.KIND_AUTO):
+                group.kind = mc.ModelInstanceGroup.KIND_CPU
+                group.ClearField("gpus")
+    return config
+
+
+def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[str] | None = None,
+            device: str = "cpu") -> list[ModelInfo]:
+    """Writes the runtime repository for ``models`` (default: every model) into ``dest``.
+
+    Args:
+        repository: the project's repositories (the first one holding a model wins, as in direct mode).
+        dest: an empty folder; it becomes the server's ``--model-repository``.
+        models: names to serve.
+        device: "cpu" or "gpu" (see the module docstring).
+
+    Returns:
+        The served models, checksums verified.
+
+    Raises:
+        InferenceError: an unknown model, or a checksum that does not match (naming file and model).
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    served = []
+    for name in models if models is not None else repository.names():
+        info = repository.get(name)
+        info.verify_checksums()
+        target = dest / name
+        target.mkdir(exist_ok=True)
+        for entry in info.path.iterdir():
+            if entry.name == "config.pbtxt":
+                continue
+            link = target / entry.name
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(entry.resolve())
+        (target / "config.pbtxt").write_text(text_format.MessageToString(runtime_config(info, device)))
+        served.append(info)
+    return served

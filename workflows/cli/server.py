@@ -1,0 +1,229 @@
+"""``sonic server start|stop|status|add-model``: run and inspect Triton servers.
+
+::
+
+    sonic server start --repository data/models/demo            # foreground; Ctrl-C or SIGTERM stops it
+    sonic server start --config miniaod --grpc-port 8001 --host 0.0.0.0 --device gpu
+    sonic server status                                          # servers started here, models and readiness
+    sonic server status 10.0.0.7:8001                            # any Triton server
+    sonic server stop 127.0.0.1:8001                             # or --all
+    sonic server add-model --repository data/models/mine --name tagger --onnx tagger.onnx --max-batch-size 256
+
+``start`` records the running server in ``$SONIC_HEP_STATE`` (default ``~/.cache/sonic-hep/servers``)
+so ``stop`` and ``status`` find it; the record goes away when the server stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ...framework.errors import SonicError
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SONIC_HEP_STATE", Path.home() / ".cache" / "sonic-hep" / "servers"))
+
+
+def _record_path(grpc_url: str) -> Path:
+    return state_dir() / (grpc_url.replace(":", "_").replace("/", "_") + ".json")
+
+
+def running_records() -> list[dict]:
+    """Servers started by ``sonic server start`` on this machine that are still running."""
+    records = []
+    for path in sorted(state_dir().glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            os.kill(record["supervisor_pid"], 0)
+        except (OSError, ValueError, KeyError):
+            path.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        records.append(record)
+    return records
+
+
+# -- start ------------------------------------------------------------------------------------------------
+def _repositories(args: argparse.Namespace) -> list[str]:
+    from ...framework.inference.service import resolve_repository
+
+    paths = list(args.repository or [])
+    if args.config:
+        from ...framework import config as cfgmod
+
+        cfg = cfgmod.load(args.config)
+        paths += list(cfg.services.get("inference", {}).get("repository", []) or [])
+    if not paths:
+        raise SonicError("give --repository DIR (repeatable) or --config CONFIG with services.inference.repository")
+    return [resolve_repository(p) for p in paths]
+
+
+def start(args: argparse.Namespace) -> int:
+    from ...framework.inference.server import TritonServer
+
+    server = TritonServer(_repositories(args), models=args.model or None, host=args.host, grpc_port=args.grpc_port,
+                          http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
+                          python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
+                          model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose)
+    stop_requested: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop_requested.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    record = None
+    try:
+        server.start()
+        record = _record_path(server.grpc_url)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({**server.describe(), "supervisor_pid": os.getpid(), "started": time.time()}))
+        print(f"Triton server ready: grpc {server.grpc_url}  http {server.http_url}  metrics {server.metrics_url}")
+        print(f"models: {', '.join(server.served)}")
+        print(f"log: {server.log_path}   (Ctrl-C or `sonic server stop {server.grpc_url}` stops it)", flush=True)
+        while not stop_requested and server.alive():
+            time.sleep(0.2)
+        if not stop_requested:
+            print(f"sonic: error: the Triton server exited (code {server.process.returncode}); log "
+                  f"{server.log_path}:\n{server.log_tail()}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        server.stop()
+        if record is not None:
+            record.unlink(missing_ok=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("Triton server stopped", file=sys.stderr)
+
+
+# -- stop -------------------------------------------------------------------------------------------------
+def stop(args: argparse.Namespace) -> int:
+    records = running_records()
+    if args.all:
+        chosen = records
+    else:
+        if not args.address:
+            raise SonicError("name the server(s) to stop (HOST:PORT, as `sonic server status` lists them) or --all")
+        by_url = {r["grpc"]: r for r in records}
+        missing = [a for a in args.address if a not in by_url]
+        if missing:
+            raise SonicError(f"no server started by `sonic server start` on this machine at {missing}; "
+                             f"running: {sorted(by_url) or 'none'}")
+        chosen = [by_url[a] for a in args.address]
+    for record in chosen:
+        os.kill(record["supervisor_pid"], signal.SIGTERM)
+    for record in chosen:
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and _alive(record["supervisor_pid"]):
+            time.sleep(0.1)
+        state = "still stopping" if _alive(record["supervisor_pid"]) else "stopped"
+        print(f"{record['grpc']}: {state}")
+    if not chosen:
+        print("no running servers")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+# -- status -----------------------------------------------------------------------------------------------
+def status(args: argparse.Namespace) -> int:
+    import tritonclient.grpc as grpcclient
+
+    addresses = args.address or [r["grpc"] for r in running_records()]
+    if not addresses:
+        print(f"no servers started here (records in {state_dir()}); give HOST:PORT to ask any server")
+        return 0
+    failures = 0
+    for address in addresses:
+        client = grpcclient.InferenceServerClient(address)
+        try:
+            live = client.is_server_live(client_timeout=5)
+            metadata = client.get_server_metadata(client_timeout=5)
+            index = client.get_model_repository_index(client_timeout=5).models
+        except Exception as err:  # noqa: BLE001 - tritonclient raises its own and grpc's errors
+            print(f"{address}: unreachable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+            failures += 1
+            continue
+        finally:
+            client.close()
+        print(f"{address}: {'live' if live else 'not live'}, Triton {metadata.version}, {len(index)} models")
+        print(f"  {'model':<28} {'version':>7}  state")
+        for model in index:
+            reason = f" ({model.reason})" if model.reason else ""
+            print(f"  {model.name:<28} {model.version or '-':>7}  {model.state or 'UNAVAILABLE'}{reason}")
+    return 1 if failures else 0
+
+
+# -- add-model --------------------------------------------------------------------------------------------
+def add_model(args: argparse.Namespace) -> int:
+    from ...framework.inference.onnx_specs import onnx_specs
+    from ...framework.inference.repository import write_model
+
+    inputs, outputs = onnx_specs(args.onnx, batched=args.max_batch_size > 0)
+    labels = None
+    if args.labels:
+        output, _, path = args.labels.partition("=")
+        labels = {output: Path(path).read_text().split()}
+    path = write_model(args.repository, args.name, args.onnx, inputs, outputs, args.max_batch_size,
+                       preferred_batch_sizes=tuple(args.preferred_batch_size or ()),
+                       max_queue_delay_us=args.max_queue_delay_us, instance_count=args.instances, labels=labels)
+    print(f"wrote {path}/config.pbtxt and {path}/1/model.onnx")
+    for kind, specs in (("input", inputs), ("output", outputs)):
+        for spec in specs:
+            print(f"  {kind} {spec.name}: {spec.datatype} {list(spec.dims)}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("server", help="start, stop and inspect Triton servers", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p = actions.add_parser("start", help="run a Triton server in the foreground on model repositories")
+    p.add_argument("--repository", "-r", action="append", metavar="DIR", help="model repository (repeatable)")
+    p.add_argument("--config", metavar="CONFIG", help="take the repositories from a configuration's services.inference")
+    p.add_argument("--model", "-m", action="append", metavar="NAME", help="serve only these models (repeatable)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback; 0.0.0.0 for all)")
+    p.add_argument("--grpc-port", type=int, metavar="P", help="default: a free port")
+    p.add_argument("--http-port", type=int, metavar="P", help="default: a free port")
+    p.add_argument("--metrics-port", type=int, metavar="P", help="default: a free port")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="cpu hides GPUs; gpu keeps instance kinds")
+    p.add_argument("--python", metavar="EXE", help="interpreter for python models (default: this one)")
+    p.add_argument("--workdir", metavar="DIR", help="runtime repository, backends and log (default: a temp folder)")
+    p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
+    p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
+    p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
+    p.set_defaults(func=start)
+
+    p = actions.add_parser("stop", help="stop servers started with `sonic server start`")
+    p.add_argument("address", nargs="*", metavar="HOST:PORT", help="gRPC address of the server")
+    p.add_argument("--all", action="store_true", help="every server started here")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each to stop")
+    p.set_defaults(func=stop)
+
+    p = actions.add_parser("status", help="models and readiness of servers")
+    p.add_argument("address", nargs="*", metavar="HOST:PORT", help="gRPC address (default: servers started here)")
+    p.set_defaults(func=status)
+
+    p = actions.add_parser("add-model", help="write a Triton repository entry (onnxruntime_onnx) for an ONNX file")
+    p.add_argument("--repository", "-r", required=True, metavar="DIR")
+    p.add_argument("--name", required=True, help="model name")
+    p.add_argument("--onnx", required=True, metavar="FILE", help="the ONNX model (inputs/outputs are read from it)")
+    p.add_argument("--max-batch-size", type=int, default=0, help="0: the first dimension is not a batch dimension")
+    p.add_argument("--preferred-batch-size", type=int, action="append", metavar="N", help="dynamic batching preference")
+    p.add_argument("--max-queue-delay-us", type=int, default=0, help="dynamic batching delay")
+    p.add_argument("--instances", type=int, default=1, help="model instances (instance_group count)")
+    p.add_argument("--labels", metavar="OUTPUT=FILE", help="class labels of an output, one per line")
+    p.set_defaults(func=add_model)
+
