@@ -17,12 +17,11 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 
 from ..errors import InferenceError
 from .backends.onnxruntime.ort_session import open_session
-from .client import Counters, InferenceClient, batches, check_inputs, concatenate
+from .client import Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, split_requests
 from .repository import ModelInfo, ModelRepository
 
 log = logging.getLogger(__name__)
@@ -84,7 +83,7 @@ class DirectClient(InferenceClient):
                 log.debug("loaded %s with %s", path, self.providers)
             return self._sessions[model]
 
-    def run(self, model: str, inputs: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+    def run(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> dict[str, InputArray]:
         """Synchronous inference on the calling thread (the Future-less form of :meth:`infer`)."""
         info = self.model_info(model)
         batch = check_inputs(info, inputs, outputs)
@@ -92,16 +91,16 @@ class DirectClient(InferenceClient):
         names = outputs or [spec.name for spec in info.outputs]
         start = time.perf_counter()
         parts = []
-        for part in batches(info, inputs, batch):
+        for part in split_requests(info, inputs, batch):
             try:
                 values = session.run(names, part)
             except Exception as err:  # onnxruntime's exceptions carry no common base we can name
                 raise InferenceError(f"model {model!r}: onnxruntime failed: {err}") from None
             parts.append(dict(zip(names, values)))
         self.counters.add(model, calls=1, requests=len(parts), rows=batch, seconds=time.perf_counter() - start)
-        return concatenate(parts)
+        return assemble(info, parts, is_ragged(inputs))
 
-    def infer(self, model: str, inputs: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> Future:
+    def infer(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> Future:
         info = self.model_info(model)
         check_inputs(info, inputs, outputs)  # fail in acquire, on the caller's thread, with the caller's context
         return self._pool.submit(self.run, model, inputs, outputs)

@@ -59,13 +59,13 @@ class ModelInfo:
 
     Attributes:
         name: the model name (its directory name, which Triton requires to equal ``config.name``).
-        path: the model's directory.
+        path: the model's directory (None for a model known only from a server's config).
         config: the parsed ``config.pbtxt`` (``tritonclient.grpc.model_config_pb2.ModelConfig``).
         version: the version served (the highest version directory unless a policy says otherwise).
     """
 
     name: str
-    path: Path
+    path: Path | None
     config: mc.ModelConfig
     version: int
     inputs: list[TensorSpec] = field(default_factory=list)
@@ -92,16 +92,7 @@ class ModelInfo:
 
     def checksums(self) -> dict[str, str]:
         """``{relative path: md5}`` from the checksum repository agent, as CMS configs declare them."""
-        sums: dict[str, str] = {}
-        for agent in self.config.model_repository_agents.agents:
-            if agent.name != "checksum":
-                continue
-            for key, value in agent.parameters.items():
-                algo, _, rel = key.partition(":")
-                if algo.upper() != "MD5":
-                    raise InferenceError(f"model {self.name!r}: unsupported checksum algorithm {algo!r} in {self.path}")
-                sums[rel] = value.lower()
-        return sums
+        return config_checksums(self.config, self.name)
 
     def verify_checksums(self) -> None:
         """Raises :class:`InferenceError` naming the file if any declared MD5 does not match."""
@@ -119,9 +110,30 @@ class ModelInfo:
         """Class labels per output, from the outputs' ``label_filename`` files."""
         out = {}
         for spec in self.outputs:
-            if spec.labels:
+            if spec.labels and self.path is not None:
                 out[spec.name] = (self.path / spec.labels).read_text().split()
         return out
+
+
+#: prefix of the model parameters that carry the checksums in a runtime config (the pip server has no
+#: repository agents, so ``runtime_repository`` moves them there and clients can still compare them)
+CHECKSUM_PARAMETER = "sonic_checksum:"
+
+
+def config_checksums(config: mc.ModelConfig, model: str = "") -> dict[str, str]:
+    """``{relative path: md5}`` declared by a config: its checksum agent, or the parameters that
+    replace it in a runtime copy served by our server."""
+    sums: dict[str, str] = {}
+    entries = [(k, v) for agent in config.model_repository_agents.agents if agent.name == "checksum"
+               for k, v in agent.parameters.items()]
+    entries += [(k.removeprefix(CHECKSUM_PARAMETER), v.string_value) for k, v in config.parameters.items()
+                if k.startswith(CHECKSUM_PARAMETER)]
+    for key, value in entries:
+        algo, _, rel = key.partition(":")
+        if algo.upper() != "MD5":
+            raise InferenceError(f"model {model or config.name!r}: unsupported checksum algorithm {algo!r}")
+        sums[rel] = value.lower()
+    return sums
 
 
 def md5(path: str | os.PathLike) -> str:
@@ -132,7 +144,8 @@ def md5(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _specs(tensors: list) -> list[TensorSpec]:
+def parse_specs(tensors: list) -> list[TensorSpec]:
+    """Tensor specs from a config's ``input`` or ``output`` list."""
     return [TensorSpec(t.name, mc.DataType.Name(t.data_type).removeprefix("TYPE_"), tuple(int(d) for d in t.dims),
                        getattr(t, "label_filename", "") or None) for t in tensors]
 
@@ -166,7 +179,7 @@ def load_model(model_dir: str | os.PathLike) -> ModelInfo:
         version = versions[-1]
     config.name = name
     return ModelInfo(name=name, path=model_dir, config=config, version=version,
-                     inputs=_specs(config.input), outputs=_specs(config.output))
+                     inputs=parse_specs(config.input), outputs=parse_specs(config.output))
 
 
 class ModelRepository:

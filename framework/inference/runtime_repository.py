@@ -4,7 +4,8 @@ The pip-installed Triton has no repository agents, so a config carrying
 ``model_repository_agents { checksum ... }`` (as every CMS config does) would not load. The project
 verifies those MD5 checksums itself (:meth:`ModelInfo.verify_checksums`) and serves a runtime copy::
 
-    <runtime>/<model>/config.pbtxt      the original without model_repository_agents
+    <runtime>/<model>/config.pbtxt      the original without model_repository_agents (the MD5 sums
+                                        move to parameters ``sonic_checksum:MD5:<file>``)
     <runtime>/<model>/<anything else>   symlinks to the original files (versions, labels, model.py)
 
 A model whose checksum is wrong is never served. The original repository is never written.
@@ -21,13 +22,15 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from .repository import ModelInfo, ModelRepository
+from .repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
 
 
 def runtime_config(info: ModelInfo, device: str = "cpu") -> mc.ModelConfig:
     """The config a server loads for ``info``: no repository agents; instance kinds for ``device``."""
     config = mc.ModelConfig()
     config.CopyFrom(info.config)
+    for rel, value in info.checksums().items():  # kept where clients can compare them (see repository.py)
+        config.parameters[CHECKSUM_PARAMETER + "MD5:" + rel].string_value = value
     config.ClearField("model_repository_agents")
     if device == "cpu":
         for group in config.instance_group:

@@ -13,10 +13,12 @@
         # sonic
         servers: []                  # "host:port" or {address, port, ssl, root_certificates, ...}; --server
         fallback: true               # start a local Triton server when no server has a model
+        fallback_server: {}          # options of that server: ort_threads, python, device, startup_timeout ...
         timeout_s: 60                # per request
-        allowed_tries: 3             # per request, before failing over
+        allowed_tries: 3             # per request and server, before failing over
         compression: none            # none | gzip | deflate
         shared_memory: auto          # auto (local servers) | on | off
+        model_versions: {}           # model: version to pin (default: the server's choice)
 
 Module code is the same in both modes; only this section (or ``--inference``) changes.
 """
@@ -49,6 +51,7 @@ class InferenceConfig:
     inter_op_threads: int = 1
     servers: list[Any] = field(default_factory=list)
     fallback: bool = True
+    fallback_server: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 60.0
     allowed_tries: int = 3
     compression: str = "none"

@@ -1,0 +1,319 @@
+"""Many servers behind one client: discovery, choice, health, failover and the local fallback server.
+
+* **Discovery.** Each configured server's repository index says which models it has ready. A server
+  that does not answer at start is skipped with a warning (and probed again later).
+* **Choice.** For each request: the healthy servers with the model, lowest recent queue time first
+  (from Triton's statistics API, refreshed in the background every ``refresh_s``); servers whose
+  queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
+* **Health.** A server that fails a request as unreachable is marked down at once, so other requests
+  avoid it; down servers are probed again every ``reprobe_s``.
+* **Fallback.** When no healthy server has a model, a local Triton server (CPU, like CMSSW's
+  TritonService fallback) is started on the job's own repository, once, and joins the pool. With no
+  server configured at all, it is started at the beginning of the job.
+
+A model nobody serves (and no fallback) raises :class:`~.triton_errors.NoServerError` naming the
+model, every server and why each could not serve it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InferenceError, did_you_mean
+from .connection import ServerConnection, ServerSpec
+from .repository import ModelInfo, ModelRepository, config_checksums
+from .triton_errors import NoServerError, RequestError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerState:
+    """What the pool knows about one server."""
+
+    connection: ServerConnection
+    healthy: bool = False
+    models: dict[str, str] = field(default_factory=dict)  # ready model → version
+    reason: str = ""  # why it is down
+    checked: float = 0.0  # when it was last probed
+    queue_ms: dict[str, float] = field(default_factory=dict)  # recent mean queue time per model
+    last_stats: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    baseline: dict[tuple[str, str], dict[str, float]] | None = None  # statistics when the job began using it
+    fallback: bool = False
+
+
+class ServerPool:
+    """The servers one job may use.
+
+    Args:
+        specs (list[ServerSpec]): configured servers (may be empty: then the fallback serves everything).
+        repository (ModelRepository | None): the job's repository: checksums are compared against it
+            and the fallback server serves it.
+        fallback (bool): start a local server when no healthy server has a model.
+        fallback_options (dict): keyword arguments for the fallback :class:`~.server.TritonServer`.
+        connection_options (dict): keyword arguments for every :class:`ServerConnection`
+            (timeout_s, compression, model_versions).
+        shared_memory (str): "auto" (local servers), "on" or "off".
+        refresh_s (float): how often queue times are refreshed.
+        reprobe_s (float): how often a down server is probed again.
+    """
+
+    def __init__(self, specs: list[ServerSpec], repository: ModelRepository | None = None, fallback: bool = True,
+                 fallback_options: Mapping[str, Any] | None = None, connection_options: Mapping[str, Any] | None = None,
+                 shared_memory: str = "auto", refresh_s: float = 2.0, reprobe_s: float = 10.0, probe_timeout: float = 5.0):
+        self.repository = repository
+        self.fallback_allowed = fallback and repository is not None
+        self.fallback_options = dict(fallback_options or {})
+        self.connection_options = dict(connection_options or {})
+        self.shared_memory = shared_memory
+        self.refresh_s, self.reprobe_s, self.probe_timeout = refresh_s, reprobe_s, probe_timeout
+        self.states: list[ServerState] = []
+        self.fallback_server: Any = None
+        self._fallback_error: BaseException | None = None
+        self._lock = threading.RLock()
+        self._infos: dict[str, ModelInfo] = {}
+        self._turn = itertools.count()
+        self._refreshing = False
+        self._last_refresh = time.monotonic()
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="sonic-servers")
+        for spec in specs:
+            self._add(spec)
+        for state in self.states:
+            self._probe(state, at_start=True)
+        if self.fallback_allowed and not any(s.healthy for s in self.states):
+            if specs:
+                log.warning("none of the servers %s answers; starting a local fallback server",
+                            [s.address for s in specs])
+            self.start_fallback()
+
+    # -- membership ------------------------------------------------------------------------------------
+    def _use_shm(self, spec: ServerSpec) -> bool:
+        return self.shared_memory == "on" or (self.shared_memory == "auto" and spec.local)
+
+    def _add(self, spec: ServerSpec, fallback: bool = False) -> ServerState:
+        connection = ServerConnection(spec, shared_memory=self._use_shm(spec), **self.connection_options)
+        state = ServerState(connection, fallback=fallback)
+        with self._lock:
+            self.states.append(state)
+        return state
+
+    def _probe(self, state: ServerState, at_start: bool = False) -> None:
+        try:
+            models = state.connection.probe(self.probe_timeout)
+        except RequestError as err:
+            with self._lock:
+                state.healthy, state.reason, state.checked = False, err.args[0], time.monotonic()
+            if at_start:
+                log.warning("Triton server %s is not reachable; skipped (%s)", state.connection.address, err.args[0])
+            return
+        with self._lock:
+            was_down = not state.healthy and state.checked > 0
+            state.healthy, state.models, state.reason, state.checked = True, models, "", time.monotonic()
+        self._begin_statistics(state)
+        if was_down:
+            log.info("Triton server %s is back with %d models", state.connection.address, len(models))
+
+    def start_fallback(self) -> ServerState:
+        """Starts (once) the local CPU server on the job's repository and adds it to the pool."""
+        with self._lock:
+            for state in self.states:
+                if state.fallback:
+                    return state
+            if self._fallback_error is not None:
+                raise NoServerError(f"the local fallback server could not start: {self._fallback_error}")
+            if self.repository is None:
+                raise NoServerError("no local fallback server: the job has no model repository "
+                                    "(services.inference.repository)")
+            from .server import TritonServer
+
+            options = {"device": "cpu", **self.fallback_options}
+            log.info("starting a local fallback Triton server on %s", [str(p) for p in self.repository.paths])
+            try:
+                server = TritonServer(self.repository, **options).start()
+            except InferenceError as err:
+                self._fallback_error = err
+                raise
+            self.fallback_server = server
+            state = self._add(ServerSpec(server.grpc_url), fallback=True)
+            self._probe(state)
+            return state
+
+    # -- choice ----------------------------------------------------------------------------------------
+    def candidates(self, model: str, exclude: frozenset[str] = frozenset()) -> list[ServerConnection]:
+        """Healthy servers with the model, best first (see the module docstring)."""
+        self._maybe_refresh()
+        with self._lock:
+            usable = [s for s in self.states if s.healthy and model in s.models and s.connection.address not in exclude]
+            if not usable:
+                return []
+            best = min(s.queue_ms.get(model, 0.0) for s in usable)
+            tolerance = max(0.2, 0.2 * best)
+            equal = [s for s in usable if s.queue_ms.get(model, 0.0) <= best + tolerance]
+            others = sorted((s for s in usable if s not in equal), key=lambda s: s.queue_ms.get(model, 0.0))
+            if len(equal) > 1:
+                shift = next(self._turn) % len(equal)
+                equal = equal[shift:] + equal[:shift]
+            return [s.connection for s in equal + others]
+
+    def choose(self, model: str, exclude: frozenset[str] = frozenset()) -> ServerConnection:
+        """The server for the next request of ``model``; starts the fallback when nobody else has it.
+
+        Raises:
+            NoServerError: naming the model and every server with the reason it cannot serve it.
+        """
+        found = self.candidates(model, exclude)
+        if found:
+            return found[0]
+        if self.fallback_allowed and self._fallback_has(model, exclude):
+            state = self.start_fallback()
+            if state.healthy and model in state.models and state.connection.address not in exclude:
+                return state.connection
+        raise NoServerError(self.describe_missing(model, exclude))
+
+    def _fallback_has(self, model: str, exclude: frozenset[str]) -> bool:
+        if self.repository is None or model not in self.repository.names():
+            return False
+        with self._lock:
+            return not any(s.fallback and s.connection.address in exclude for s in self.states)
+
+    def describe_missing(self, model: str, exclude: frozenset[str] = frozenset()) -> str:
+        """Why no server can serve ``model`` (every server and its reason)."""
+        lines = []
+        with self._lock:
+            for s in self.states:
+                if s.connection.address in exclude:
+                    why = "failed this request"
+                elif not s.healthy:
+                    why = f"down ({s.reason})"
+                elif model not in s.models:
+                    why = f"does not have it{did_you_mean(model, s.models)}"
+                else:
+                    why = "usable"
+                lines.append(f"{s.connection.address}{' (fallback)' if s.fallback else ''}: {why}")
+        if not lines:
+            lines.append("no servers configured")
+        if not self.fallback_allowed:
+            lines.append("fallback: off" if self.repository is not None else "fallback: no local repository")
+        elif self.repository is not None and model not in self.repository.names():
+            lines.append(f"fallback: the local repository {[str(p) for p in self.repository.paths]} has no {model!r}")
+        return f"no server can run model {model!r}: " + "; ".join(lines)
+
+    def mark_down(self, connection: ServerConnection, reason: str) -> None:
+        with self._lock:
+            for state in self.states:
+                if state.connection is connection and state.healthy:
+                    state.healthy, state.reason, state.checked = False, reason, time.monotonic()
+                    log.warning("Triton server %s marked down: %s", connection.address, reason)
+
+    # -- model configs ---------------------------------------------------------------------------------
+    def model_info(self, model: str) -> ModelInfo:
+        """The model's config from a server that has it; the checksums must match the local repository's."""
+        with self._lock:
+            if model in self._infos:
+                return self._infos[model]
+        connection = self.choose(model)
+        info = connection.model_info(model)
+        self._check_version(info, connection)
+        with self._lock:
+            self._infos[model] = info
+        return info
+
+    def _check_version(self, info: ModelInfo, connection: ServerConnection) -> None:
+        """CMS's model-version check: the MD5 sums in the local config.pbtxt vs. the server's."""
+        if self.repository is None or info.name not in self.repository.names():
+            return
+        local = self.repository.get(info.name).checksums()
+        remote = config_checksums(info.config, info.name)
+        if not local or not remote:
+            log.debug("model %s: no checksums to compare (local %s, server %s)", info.name, local, remote)
+            return
+        differ = {rel: (md5, remote.get(rel)) for rel, md5 in local.items() if remote.get(rel) != md5}
+        if differ:
+            details = ", ".join(f"{rel}: local {a} vs server {b}" for rel, (a, b) in differ.items())
+            raise InferenceError(f"model {info.name!r} on server {connection.address} is not the one in the local "
+                                 f"repository {self.repository.get(info.name).path} ({details})")
+
+    # -- statistics and background refresh -------------------------------------------------------------
+    def _begin_statistics(self, state: ServerState) -> None:
+        if state.baseline is not None:
+            return
+        try:
+            state.baseline = state.connection.statistics()
+            state.last_stats = dict(state.baseline)
+        except RequestError:
+            state.baseline = {}
+
+    def _maybe_refresh(self) -> None:
+        now = time.monotonic()
+        if self._refreshing or now - self._last_refresh < self.refresh_s:
+            return
+        with self._lock:
+            if self._refreshing:
+                return
+            self._refreshing = True
+            self._last_refresh = now
+        try:
+            self._background.submit(self._refresh)
+        except RuntimeError:  # shut down
+            self._refreshing = False
+
+    def _refresh(self) -> None:
+        """Recent queue times of healthy servers; probes of down ones (runs on the background thread)."""
+        try:
+            for state in list(self.states):
+                if not state.healthy:
+                    if time.monotonic() - state.checked >= self.reprobe_s:
+                        self._probe(state)
+                    continue
+                try:
+                    stats = state.connection.statistics()
+                except RequestError:
+                    continue
+                queue = {}
+                for key, now in stats.items():
+                    before = state.last_stats.get(key, {})
+                    requests = now["requests"] - before.get("requests", 0)
+                    if requests > 0:
+                        queue[key[0]] = (now["queue_ns"] - before.get("queue_ns", 0)) / requests / 1e6
+                with self._lock:
+                    state.queue_ms.update(queue)
+                    state.last_stats = stats
+        finally:
+            self._refreshing = False
+
+    def statistics(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Server-side counters since this job started using each server: ``{server: {model: {...}}}``."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for state in list(self.states):
+            if state.baseline is None:
+                continue
+            try:
+                now = state.connection.statistics()
+            except RequestError:
+                now = state.last_stats  # a dead server: what we saw last
+            per_model: dict[str, dict[str, float]] = {}
+            for (model, _version), values in now.items():
+                before = state.baseline.get((model, _version), {})
+                delta = {k: v - before.get(k, 0) for k, v in values.items()}
+                if delta["requests"] or delta["failures"]:
+                    total = per_model.setdefault(model, dict.fromkeys(delta, 0))
+                    for k, v in delta.items():
+                        total[k] += v
+            if per_model:
+                out[state.connection.address + (" (fallback)" if state.fallback else "")] = per_model
+        return out
+
+    def close(self) -> None:
+        self._background.shutdown(wait=True, cancel_futures=True)
+        for state in self.states:
+            state.connection.close()
+        if self.fallback_server is not None:
+            self.fallback_server.stop()
+            self.fallback_server = None

@@ -1,0 +1,196 @@
+"""SONIC: inference as a service. The same ``infer`` call as direct mode, run on Triton servers over gRPC.
+
+::
+
+    client = SonicClient.from_config(InferenceConfig(mode="sonic", servers=["10.0.0.7:8001"],
+                                                     repository=["data/models/demo"]))
+    future = client.infer("demo_mlp", {"x": x})     # returns at once; gRPC callbacks complete it
+    probs = future.result()["probs"]
+
+What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
+
+1. the model's config is read **from the server** (inputs, dtypes, dims, max_batch_size) and the
+   inputs are checked against it, on the caller's thread, so mistakes name the module that made them;
+2. the inputs become requests (:func:`~.client.split_requests`): batches larger than max_batch_size
+   are split, ragged entries go as several rectangular requests, a model without batch dimension
+   gets its inputs as they are;
+3. each request goes to the server the :class:`~.servers.ServerPool` chooses, asynchronously
+   (tritonclient callbacks; system shared memory when the server is local; gRPC compression if asked);
+4. a failed request is retried on the same server up to ``allowed_tries`` times when that can help
+   (deadline, server busy), then **fails over** to another server with the model, and finally to the
+   local **fallback** server; a request that is wrong in itself (bad shape) fails at once;
+5. the answers are reassembled in request order into one ``{output: array}``.
+
+Server-side queue and compute times per model (Triton's statistics API) are part of
+:meth:`SonicClient.statistics`, so they appear in the job's timing report.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..futures import gather
+from .client import Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, split_requests
+from .connection import ServerConnection, ServerSpec
+from .repository import ModelInfo, ModelRepository
+from .servers import ServerPool
+from .triton_errors import NoServerError, RequestError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Attempt:
+    """One request's way through retries and failovers."""
+
+    info: ModelInfo
+    inputs: dict[str, np.ndarray]
+    outputs: list[str]
+    result: Future
+    connection: ServerConnection | None = None
+    tries: int = 0
+    failed: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+
+class SonicClient(InferenceClient):
+    """Runs models on Triton servers.
+
+    Args:
+        pool (ServerPool): the servers (and the fallback) this client may use.
+        allowed_tries (int): attempts of one request on one server before failing over.
+    """
+
+    mode = "sonic"
+
+    def __init__(self, pool: ServerPool, allowed_tries: int = 3):
+        self.pool = pool
+        self.allowed_tries = max(1, allowed_tries)
+        self.counters = Counters()
+        # retries and failovers may start a server (seconds): never on a gRPC callback thread
+        self._recovery = ThreadPoolExecutor(2, thread_name_prefix="sonic-recovery")
+
+    @classmethod
+    def from_config(cls, config: Any, repository: ModelRepository | None) -> SonicClient:
+        """From the ``services.inference`` settings (:class:`~.service.InferenceConfig`)."""
+        specs = [ServerSpec.parse(item) for item in config.servers]
+        pool = ServerPool(specs, repository=repository, fallback=config.fallback,
+                          fallback_options=dict(config.fallback_server or {}),
+                          connection_options={"timeout_s": config.timeout_s, "compression": config.compression,
+                                              "model_versions": config.model_versions},
+                          shared_memory=config.shared_memory)
+        return cls(pool, allowed_tries=config.allowed_tries)
+
+    def model_info(self, model: str) -> ModelInfo:
+        return self.pool.model_info(model)
+
+    def infer(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> Future:
+        info = self.model_info(model)
+        batch = check_inputs(info, inputs, outputs)
+        names = list(outputs or [spec.name for spec in info.outputs])
+        requests = split_requests(info, inputs, batch)
+        start = time.perf_counter()
+        parts = [self._send(_Attempt(info, request, names, Future())) for request in requests]
+        ragged = is_ragged(inputs)
+
+        def finish(results: list[dict[str, np.ndarray]]) -> dict[str, InputArray]:
+            self.counters.add(model, calls=1, requests=len(results), rows=batch, seconds=time.perf_counter() - start)
+            return assemble(info, results, ragged)
+
+        return _then(parts[0] if len(parts) == 1 else gather(parts), finish, wrap=len(parts) == 1)
+
+    # -- one request ----------------------------------------------------------------------------------
+    def _send(self, attempt: _Attempt) -> Future:
+        try:
+            if attempt.connection is None:
+                attempt.connection = self.pool.choose(attempt.info.name, frozenset(attempt.failed))
+                attempt.tries = 0
+        except NoServerError as err:
+            if attempt.errors:
+                err.add_note("earlier failures of this request: " + "; ".join(attempt.errors))
+            self.counters.add(attempt.info.name, failures=1)
+            attempt.result.set_exception(err)
+            return attempt.result
+        except Exception as err:  # noqa: BLE001 - e.g. the fallback failed to start: reaches the caller
+            attempt.result.set_exception(err)
+            return attempt.result
+        attempt.tries += 1
+        connection = attempt.connection
+        self.counters.count_server(attempt.info.name, connection.address)
+        connection.send(attempt.info, attempt.inputs, attempt.outputs).add_done_callback(
+            lambda fut: self._done(attempt, connection, fut))
+        return attempt.result
+
+    def _done(self, attempt: _Attempt, connection: ServerConnection, fut: Future) -> None:
+        err = fut.exception()
+        if err is None:
+            attempt.result.set_result(fut.result())
+            return
+        model = attempt.info.name
+        action = err.action if isinstance(err, RequestError) else "fatal"
+        attempt.errors.append(str(err))
+        if action == "fatal":
+            self.counters.add(model, failures=1)
+            attempt.result.set_exception(err)
+            return
+        if action == "retry" and attempt.tries < self.allowed_tries:
+            self.counters.add(model, retries=1)
+            log.info("retrying (%d/%d): %s", attempt.tries + 1, self.allowed_tries, err)
+        else:
+            if isinstance(err, RequestError) and err.status == "UNAVAILABLE":
+                self.pool.mark_down(connection, err.args[0])
+            attempt.failed.add(connection.address)
+            attempt.connection = None
+            self.counters.add(model, failovers=1)
+            log.warning("failing over: %s", err)
+        try:
+            self._recovery.submit(self._send, attempt)
+        except RuntimeError:  # closed while requests were still failing
+            attempt.result.set_exception(err)
+
+    # -- reports and life cycle ------------------------------------------------------------------------
+    def statistics(self) -> dict[str, Any]:
+        servers = self.pool.statistics()
+        lines = []
+        if servers:
+            lines += ["server-side (Triton statistics, this job):",
+                      f"{'server':<26} {'model':<20} {'requests':>9} {'executions':>10} {'avg batch':>9} "
+                      f"{'queue ms/req':>12} {'compute ms/exec':>15}"]
+            for address, models in servers.items():
+                for model, s in models.items():
+                    executions = s["executions"] or 1
+                    compute = (s["compute_input_ns"] + s["compute_infer_ns"] + s["compute_output_ns"]) / executions / 1e6
+                    lines.append(f"{address:<26} {model:<20} {int(s['requests']):9d} {int(s['executions']):10d} "
+                                 f"{s['inferences'] / executions:9.1f} {s['queue_ns'] / max(1, s['requests']) / 1e6:12.3f} "
+                                 f"{compute:15.3f}")
+        return {"mode": self.mode, "models": self.counters.as_dict(), "servers": servers, "extra_lines": lines,
+                "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None}
+
+    def close(self) -> None:
+        self._recovery.shutdown(wait=True, cancel_futures=True)
+        self.pool.close()
+
+
+def _then(future: Future, fn: Callable[[Any], Any], wrap: bool) -> Future:
+    """A Future of ``fn(result)``; failures pass through unchanged."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        err = f.exception()
+        if err is not None:
+            out.set_exception(err)
+            return
+        try:
+            out.set_result(fn([f.result()] if wrap else f.result()))
+        except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out
