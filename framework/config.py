@@ -232,8 +232,10 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
         if not isinstance(spec, dict) or "type" not in spec:
             raise ConfigError("a module needs a mapping with 'type' and its parameters",
                               file=file, key=f"modules.{label}", line=line)
-        params = {k: v for k, v in spec.items() if k != "type"}
-        modules[label] = ModuleConfig(label=label, type=str(spec["type"]), params=params, line=line)
+        params = LineDict((k, v) for k, v in spec.items() if k != "type")
+        params.lines = {k: n for k, n in getattr(spec, "lines", {}).items() if k != "type"}
+        modules[label] = ModuleConfig(label=label, type=str(spec["type"]), params=params,
+                                      line=_line(spec, "type") or line)
     path = data.get("path") or list(modules)
     if not isinstance(path, list):
         raise ConfigError("must be a list of module labels", file=file, key="path", line=_line(data, "path"))

@@ -62,7 +62,7 @@ class InferenceError(SonicError):
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Returns ' (did you mean X?)' for the closest choice, or '' when nothing is close."""
-    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

@@ -62,7 +62,9 @@ def _open_tree(path: str, tree: str) -> Any:
     if "://" not in path and not os.path.exists(path):
         raise SourceError(f"input file {path!r} does not exist")
     try:
-        handle = uproot.open(path)
+        # local files through the memory map: no I/O thread, and the fastest reader uproot has
+        options = {} if "://" in path else {"handler": uproot.source.file.MemmapSource}
+        handle = uproot.open(path, **options)
     except Exception as err:  # uproot raises many types for a file that is not ROOT
         raise SourceError(f"cannot open {path!r} as a ROOT file: {type(err).__name__}: {err}") from None
     try:
@@ -178,8 +180,13 @@ class RootSource:
                      first_index=first_index, ids=ids)
 
     def chunks(self) -> Iterator[Chunk]:
-        """Chunks in order, the next one read on a background thread while this one is processed."""
-        with ThreadPoolExecutor(1, thread_name_prefix="source") as pool:
+        """Chunks in order, the next one read on a background thread while this one is processed.
+
+        The pool is shut down without waiting when the generator is closed: an abandoned generator may be
+        finalised on any thread (even uproot's I/O thread), and waiting there for a read would deadlock.
+        """
+        pool = ThreadPoolExecutor(1, thread_name_prefix="source")
+        try:
             pending: Future | None = None
             for rng in self.ranges():
                 nxt = pool.submit(self.read, *rng)
@@ -188,6 +195,8 @@ class RootSource:
                 pending = nxt
             if pending is not None:
                 yield pending.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 class EmptySource:

@@ -1,0 +1,116 @@
+"""Module types used by the framework tests (registered by class name like any module)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from sonic_hep.framework import ExternalWork, Filter, InputTag, Output, Param, Producer, delayed
+
+
+class TAdd(Producer):
+    """Puts src + offset (src: a product holding a number, or nothing → event index)."""
+
+    src = InputTag("", optional=True)
+    offset = Param(int, 1)
+    value = Output("int")
+
+    def produce(self, event):
+        base = event.get(self.src) if self.src else event.index
+        event.put("value", int(base) + self.offset)
+
+
+class TCycleA(Producer):
+    src = InputTag("b:value")
+    value = Output("int")
+
+    def produce(self, event):
+        event.put("value", 0)
+
+
+class TEvenFilter(Filter):
+    """Keeps events with an even index."""
+
+    def filter(self, event):
+        return event.index % 2 == 0
+
+
+class TSleep(Producer):
+    """Sleeps (releasing the GIL) then puts the event index; records the peak number of concurrent calls."""
+
+    ms = Param(float, 50.0)
+    value = Output("int")
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def produce(self, event):
+        cls = type(self)
+        with cls.lock:
+            cls.active += 1
+            cls.peak = max(cls.peak, cls.active)
+        time.sleep(self.ms / 1000)
+        with cls.lock:
+            cls.active -= 1
+        event.put("value", event.index)
+
+
+class TWait(ExternalWork):
+    """External work finishing after a delay that depends on the event (so completion order is shuffled)."""
+
+    ms = Param(float, 100.0)
+    jitter = Param(bool, False)
+    value = Output("int")
+    jets = Output("per-event jagged array")
+
+    def acquire(self, event):
+        ms = self.ms * (1 + (event.index * 7919 % 5) / 5) if self.jitter else self.ms
+        return delayed(event.index, ms / 1000)
+
+    def produce(self, event, result):
+        event.put("value", result)
+        event.put("jets", np.arange(result % 4, dtype=np.float32) * 1.5)
+
+
+class TRaise(Producer):
+    """Raises on one event index."""
+
+    bad_index = Param(int, 3)
+    value = Output("int")
+
+    def produce(self, event):
+        if event.index == self.bad_index:
+            raise ValueError("boom on purpose")
+        event.put("value", event.index)
+
+
+class TRandom(Producer):
+    """Puts a random number from the per-event generator."""
+
+    value = Output("float")
+
+    def produce(self, event):
+        event.put("value", float(event.rng().normal()))
+
+
+class TUndeclared(Producer):
+    """Reads a key it did not declare (the framework must refuse)."""
+
+    value = Output("int")
+
+    def produce(self, event):
+        event.get("Jet")
+
+
+class TMutate(Producer):
+    """Tries to modify an upstream product in place (the framework must refuse)."""
+
+    src = InputTag("w:jets")
+    value = Output("int")
+
+    def produce(self, event):
+        jets = event.get(self.src)
+        jets[:] = 0
+        event.put("value", 0)

@@ -1,0 +1,97 @@
+"""The scheduler: deterministic whatever S and T, external work frees threads, errors name module and event."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import uproot
+
+import tests.framework.modules_for_tests as tm
+from sonic_hep.framework import ModuleError, Process
+from sonic_hep.framework import config as cfgmod
+
+
+def run(data, file="test.yaml", **kwargs):
+    return Process(cfgmod.parse(data, file=file)).run(progress=False, **kwargs)
+
+
+def empty(n):
+    return {"type": "empty", "events": n, "chunk_size": 7}
+
+
+@pytest.mark.parametrize("streams,threads", [(1, 1), (3, 2), (8, 4), (5, 1)])
+def test_output_identical_for_any_streams_and_threads(tmp_path, streams, threads):
+    modules = {"w": {"type": "TWait", "ms": 2.0, "jitter": True},
+               "a": {"type": "TAdd", "src": "w:value", "offset": 10},
+               "r": {"type": "TRandom"},
+               "f": {"type": "TEvenFilter"},
+               "b": {"type": "TAdd", "src": "a:value", "offset": 5}}
+    out = tmp_path / f"out_{streams}_{threads}.root"
+    result = run({"source": empty(40), "modules": modules, "output": {"file": str(out), "chunk_size": 6},
+                  "options": {"streams": streams, "threads": threads, "seed": 42}})
+    assert result.events == 40 and result.written == 20
+    arrays = uproot.open(out)["Events"].arrays(library="np")
+    assert arrays["event"].tolist() == list(range(1, 41, 2))          # input order, every other event
+    assert arrays["b_value"].tolist() == [i + 15 for i in range(0, 40, 2)]
+    key = "r_value"
+    # The per-event RNG depends only on (seed, event index, label): compare against a fresh serial run.
+    serial = tmp_path / "serial.root"
+    run({"source": empty(40), "modules": {"r": {"type": "TRandom"}, "f": {"type": "TEvenFilter"}},
+         "output": {"file": str(serial)}, "options": {"streams": 1, "threads": 1, "seed": 42}})
+    np.testing.assert_array_equal(uproot.open(serial)["Events"][key].array(library="np"), arrays[key])
+
+
+def test_external_work_frees_the_thread(tmp_path):
+    """8 events waiting 100 ms each on one thread finish in about one wait, not eight."""
+    data = {"source": empty(8), "modules": {"w": {"type": "TWait", "ms": 100.0}},
+            "options": {"streams": 8, "threads": 1}}
+    start = time.perf_counter()
+    result = run(data)
+    elapsed = time.perf_counter() - start
+    assert result.events == 8
+    assert elapsed < 0.45, f"8 × 100 ms external waits took {elapsed:.2f} s on one thread"
+    wait = result.timing.report()["modules"][0]["wait_ms_per_event"]
+    assert 90 < wait < 250
+
+
+def test_serial_external_work_does_wait(tmp_path):
+    """The control: with one stream the same waits add up (so the test above measures something)."""
+    start = time.perf_counter()
+    run({"source": empty(4), "modules": {"w": {"type": "TWait", "ms": 100.0}}, "options": {"streams": 1, "threads": 1}})
+    assert time.perf_counter() - start > 0.39
+
+
+def test_independent_modules_of_one_event_run_concurrently():
+    tm.TSleep.peak = 0
+    start = time.perf_counter()
+    run({"source": empty(2), "modules": {"s1": {"type": "TSleep", "ms": 150.0}, "s2": {"type": "TSleep", "ms": 150.0}},
+         "options": {"streams": 1, "threads": 2}})
+    assert tm.TSleep.peak == 2
+    assert time.perf_counter() - start < 0.55
+
+
+def test_module_error_names_module_and_event_and_leaves_no_output(tmp_path, nano_files):
+    out = tmp_path / "out.root"
+    data = {"source": {"files": [str(nano_files[0])], "chunk_size": 10},
+            "modules": {"ok": {"type": "CollectionSum"}, "bad": {"type": "TRaise", "bad_index": 23}},
+            "output": {"file": str(out)}, "options": {"streams": 4, "threads": 2}}
+    with pytest.raises(ModuleError) as err:
+        run(data)
+    text = str(err.value)
+    assert "'bad'" in text and "a.root entry 23" in text and "boom on purpose" in text and "event 24" in text
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [], "a failed job must not leave (temporary) output behind"
+
+
+def test_reading_an_undeclared_key_is_refused():
+    with pytest.raises(ModuleError) as err:
+        run({"source": empty(1), "modules": {"u": {"type": "TUndeclared"}}})
+    assert "does not consume it" in str(err.value)
+
+
+def test_products_are_read_only_downstream():
+    with pytest.raises(ModuleError) as err:
+        run({"source": empty(3), "modules": {"w": {"type": "TWait", "ms": 1.0}, "m": {"type": "TMutate"}}})
+    assert "'m'" in str(err.value) and "read-only" in str(err.value)
