@@ -154,8 +154,8 @@ class TritonServer:
                     raise err from None
                 log.info("a chosen port was taken meanwhile; retrying with new ports")
         _LIVE.add(self)
-        log.info("Triton server ready on %s (grpc), %s (http), models %s; log %s", self.grpc_url, self.http_url,
-                 self.served, self.log_path)
+        log.info("Triton server ready on %s (grpc), %s (http), pid %d, models %s; log %s", self.grpc_url,
+                 self.http_url, self.pid, self.served, self.log_path)
         return self
 
     def command(self, repo_dir: Path, backend_dir: Path) -> list[str]:
@@ -168,9 +168,26 @@ class TritonServer:
                "--exit-on-error=true", "--strict-readiness=true"]
         if self.model_control == "explicit":
             cmd += [f"--load-model={name}" for name in self.served]
+        for backend in self.python_backends:  # stub shared memory named after this server, so stop() can clean it
+            cmd.append(f"--backend-config={backend},shm-region-prefix-name={self.shm_prefix}")
         if self.device == "cpu":
             cmd += ["--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0"]
         return cmd
+
+    @property
+    def python_backends(self) -> list[str]:
+        """Backends run by the python backend library: ``python`` and our python-based ones."""
+        names = ["python"] + sorted(p.name for p in (self.workdir / "backends").iterdir() if (p / "model.py").exists())
+        return names
+
+    @property
+    def shm_prefix(self) -> str:
+        return f"sonic_triton_{os.getpid()}_{id(self):x}_"
+
+    def _remove_stub_memory(self) -> None:
+        """A killed server leaves its python stubs' shared memory in /dev/shm; remove ours."""
+        for path in Path("/dev/shm").glob(self.shm_prefix + "*"):
+            path.unlink(missing_ok=True)
 
     def _spawn(self, repo_dir: Path, backend_dir: Path) -> None:
         env = server_environment(self.python, {"SONIC_ORT_THREADS": str(self.ort_threads), **self.extra_env})
@@ -188,7 +205,7 @@ class TritonServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise InferenceError(f"Triton server on {self.grpc_url} exited (code {self.process.returncode}) "
-                                     f"while starting; log {self.log_path}:\n{self.log_tail()}")
+                                     f"while starting; log {self.log_path}:\n{self.startup_problems()}")
             if self.ready():
                 return
             time.sleep(0.1)
@@ -223,6 +240,7 @@ class TritonServer:
                 code = self._kill()
         self._reap_group()
         self._close_log()
+        self._remove_stub_memory()
         _LIVE.discard(self)
         self.process = None
         for sub in ("repository", "backends"):
@@ -242,6 +260,7 @@ class TritonServer:
             pass
         code = self.process.wait()
         self._close_log()
+        self._remove_stub_memory()
         return code
 
     def _reap_group(self) -> None:
@@ -264,6 +283,22 @@ class TritonServer:
         # CPU-only start prints CUDA/NVML errors that mean nothing here
         useful = [line for line in text if "CUDA" not in line and "NVML" not in line and "DCGM" not in line]
         return "\n".join(useful[-lines:])
+
+    def startup_problems(self) -> str:
+        """Why the server did not start: each model's load error (first line) and Triton's last word;
+        the end of the log when it says nothing more specific."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return "(no log)"
+        problems = []
+        for line in text:
+            if line.startswith("E") and "failed to load '" in line:
+                message = line.split('] "', 1)[-1].split("\\n", 1)[0].rstrip('"')
+                problems.append("  " + message)
+            elif line.startswith("error:"):
+                problems.append("  " + line)
+        return "\n".join(problems) if problems else self.log_tail()
 
     def describe(self) -> dict[str, Any]:
         """What ``sonic server status`` shows and stores."""

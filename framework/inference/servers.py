@@ -315,5 +315,4 @@ class ServerPool:
         for state in self.states:
             state.connection.close()
         if self.fallback_server is not None:
-            self.fallback_server.stop()
-            self.fallback_server = None
+            self.fallback_server.stop()  # kept (stopped) so reports can still name it

@@ -58,6 +58,7 @@ class _Attempt:
     tries: int = 0
     failed: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    last_error: BaseException | None = None
 
 
 class SonicClient(InferenceClient):
@@ -113,10 +114,14 @@ class SonicClient(InferenceClient):
                 attempt.connection = self.pool.choose(attempt.info.name, frozenset(attempt.failed))
                 attempt.tries = 0
         except NoServerError as err:
-            if attempt.errors:
-                err.add_note("earlier failures of this request: " + "; ".join(attempt.errors))
             self.counters.add(attempt.info.name, failures=1)
-            attempt.result.set_exception(err)
+            if attempt.last_error is not None:  # what went wrong matters more than that nobody else could help
+                final = attempt.last_error
+                final.add_note(f"after {len(attempt.errors)} attempts ({'; '.join(attempt.errors[:-1]) or 'no other'} "
+                               f"before); no other server to fail over to: {err}")
+                attempt.result.set_exception(final)
+            else:
+                attempt.result.set_exception(err)
             return attempt.result
         except Exception as err:  # noqa: BLE001 - e.g. the fallback failed to start: reaches the caller
             attempt.result.set_exception(err)
@@ -136,6 +141,7 @@ class SonicClient(InferenceClient):
         model = attempt.info.name
         action = err.action if isinstance(err, RequestError) else "fatal"
         attempt.errors.append(str(err))
+        attempt.last_error = err
         if action == "fatal":
             self.counters.add(model, failures=1)
             attempt.result.set_exception(err)

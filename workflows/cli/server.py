@@ -40,8 +40,10 @@ def running_records() -> list[dict]:
     for path in sorted(state_dir().glob("*.json")):
         try:
             record = json.loads(path.read_text())
-            os.kill(record["supervisor_pid"], 0)
+            alive = _alive(record["supervisor_pid"])
         except (OSError, ValueError, KeyError):
+            alive = False
+        if not alive:
             path.unlink(missing_ok=True)  # stale: its process is gone
             continue
         records.append(record)
@@ -129,11 +131,16 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, exited but not yet reaped by its parent, counts as gone)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 # -- status -----------------------------------------------------------------------------------------------

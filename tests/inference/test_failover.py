@@ -1,0 +1,101 @@
+"""A server killed mid-run: requests fail over to another server or to the local fallback, and every
+event's result is present and equal to a clean run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import uproot
+
+from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
+from sonic_hep.framework import config as cfgmod
+from sonic_hep.framework.inference.direct import DirectClient
+from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.process import Process
+
+from .conftest import sonic_client
+
+pytestmark = pytest.mark.triton
+
+
+def kill_after(server: TritonServer, requests: int, timeout: float = 60) -> threading.Thread:
+    """Kills ``server`` (SIGKILL, like a crash) once it has answered ``requests`` requests."""
+
+    def watch() -> None:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            stats = client.get_inference_statistics("demo_mlp").model_stats
+            if stats and stats[0].inference_stats.success.count >= requests:
+                break
+            time.sleep(0.01)
+        server.kill()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_requests_fail_over_to_another_server(tmp_path, demo_repository, rng):
+    first = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "first").start()
+    second = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "second").start()
+    client = sonic_client([first.grpc_url, second.grpc_url], demo_repository)
+    direct = DirectClient(demo_repository)
+    try:
+        xs = [rng.standard_normal((int(n), 16)).astype(np.float32) for n in rng.integers(1, 30, 600)]
+        watcher = kill_after(first, 50)
+        futures = []
+        for x in xs:
+            futures.append(client.infer("demo_mlp", {"x": x}))
+            time.sleep(0.002)  # a steady stream, so the kill lands mid-way
+        results = [f.result(60) for f in futures]
+        watcher.join()
+        for x, out in zip(xs, results):
+            np.testing.assert_allclose(out["probs"], direct.run("demo_mlp", {"x": x})["probs"], rtol=0, atol=1e-5)
+        served = client.counters.as_dict()["demo_mlp"]["servers"]
+        assert served.get(first.grpc_url, 0) >= 25 and served[second.grpc_url] > len(xs) / 3, served
+        assert not client.pool.states[0].healthy
+        assert not list(Path("/dev/shm").glob(first.shm_prefix + "*")), "the killed server's stub memory is left"
+    finally:
+        client.close()
+        direct.close()
+        first.stop()
+        second.stop()
+
+
+def test_a_job_whose_only_server_dies_finishes_on_the_fallback(tmp_path):
+    def run(output: str, *overrides: str) -> Process:
+        cfg = cfgmod.load("demo_inference", [f"output.file={output}", "source.events=1500", "options.progress=false",
+                                             *overrides])
+        process = Process(cfg)
+        process.run()
+        return process
+
+    run(str(tmp_path / "direct.root"))
+    server = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "remote").start()
+    try:
+        watcher = kill_after(server, 100)
+        process = run(str(tmp_path / "sonic.root"), "services.inference.mode=sonic",
+                      f"services.inference.servers=['{server.grpc_url}']",
+                      f"services.inference.fallback_server={{workdir: '{tmp_path / 'fallback'}'}}")
+        watcher.join()
+    finally:
+        server.stop()
+    stats = process.services["inference"].client.statistics()
+    assert stats["fallback"] is not None, "the fallback server was never started"
+    used = stats["models"]["demo_mlp"]["servers"]
+    assert used[server.grpc_url] >= 100 and used[stats["fallback"]["grpc"]] > 100, used
+    assert stats["models"]["demo_mlp"]["failovers"] >= 1
+    assert not (tmp_path / "fallback" / "repository").exists(), "the fallback server was not stopped at end of job"
+    clean = uproot.open(tmp_path / "direct.root")["Events"].arrays(library="np")
+    failed_over = uproot.open(tmp_path / "sonic.root")["Events"].arrays(library="np")
+    assert len(clean["event"]) == len(failed_over["event"]) == 1500
+    for name, column in clean.items():
+        expected = np.concatenate(column) if column.dtype == object else column
+        got = np.concatenate(failed_over[name]) if failed_over[name].dtype == object else failed_over[name]
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5, err_msg=name)

@@ -1,0 +1,53 @@
+"""Runtime repositories (checksums verified, agents removed) and writing entries for project models."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
+from sonic_hep.data.demo.models import mlp
+from sonic_hep.framework.errors import InferenceError
+from sonic_hep.framework.inference import runtime_repository
+from sonic_hep.framework.inference.direct import DirectClient
+from sonic_hep.framework.inference.repository import ModelRepository, config_checksums, parse_config
+
+
+def test_runtime_copy_drops_agents_keeps_checksums_and_links_files(tmp_path, demo_repository):
+    served = runtime_repository.prepare(demo_repository, tmp_path / "runtime", ["demo_mlp"])
+    assert [info.name for info in served] == ["demo_mlp"]
+    config = parse_config(tmp_path / "runtime" / "demo_mlp" / "config.pbtxt")
+    assert not config.HasField("model_repository_agents")
+    assert config_checksums(config) == demo_repository.get("demo_mlp").checksums() != {}
+    assert (tmp_path / "runtime" / "demo_mlp" / "1").resolve() == (DEMO_REPOSITORY / "demo_mlp" / "1").resolve()
+    assert (tmp_path / "runtime" / "demo_mlp" / "probs_labels.txt").read_text().split() == ["b", "c", "uds", "g"]
+    assert (DEMO_REPOSITORY / "demo_mlp" / "config.pbtxt").read_text().count("checksum") == 1  # original untouched
+
+
+def test_a_model_whose_checksum_is_wrong_is_never_served(tmp_path):
+    shutil.copytree(DEMO_REPOSITORY / "demo_mlp", tmp_path / "repo" / "demo_mlp")
+    (tmp_path / "repo" / "demo_mlp" / "1" / "model.onnx").write_bytes(mlp(seed=99))
+    repository = ModelRepository([tmp_path / "repo"])
+    with pytest.raises(InferenceError, match=r"model 'demo_mlp': MD5 of .*model.onnx is [0-9a-f]+, config.pbtxt expects"):
+        runtime_repository.prepare(repository, tmp_path / "runtime")
+    with pytest.raises(InferenceError, match="MD5"):
+        DirectClient(repository).run("demo_mlp", {"x": np.zeros((1, 16), np.float32)})
+
+
+def test_add_model_reads_specs_from_the_onnx_file(tmp_path, sonic_cli, rng):
+    onnx_file = tmp_path / "tagger.onnx"
+    onnx_file.write_bytes(mlp(n_in=8, hidden=(16,), n_out=4, seed=3))
+    (tmp_path / "labels.txt").write_text("b\nc\nuds\ng\n")
+    result = sonic_cli("server", "add-model", "--repository", tmp_path / "repo", "--name", "tagger", "--onnx", onnx_file,
+                       "--max-batch-size", "64", "--preferred-batch-size", "32", "--instances", "2",
+                       "--labels", f"probs={tmp_path / 'labels.txt'}", check=True)
+    assert "input x: FP32 [8]" in result.stdout
+    info = ModelRepository([tmp_path / "repo"]).get("tagger")
+    assert info.max_batch_size == 64 and [s.dims for s in info.inputs] == [(8,)]
+    assert list(info.config.dynamic_batching.preferred_batch_size) == [32]
+    assert info.config.instance_group[0].count == 2
+    assert info.labels == {"probs": ["b", "c", "uds", "g"]}
+    out = DirectClient(ModelRepository([tmp_path / "repo"])).run("tagger", {"x": rng.standard_normal((5, 8)).astype(np.float32)})
+    np.testing.assert_allclose(out["probs"].sum(axis=1), 1, rtol=1e-5)

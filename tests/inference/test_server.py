@@ -1,0 +1,148 @@
+"""The managed Triton server: real ``tritonserver`` processes on our repositories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
+from sonic_hep.data.demo.models import write_mlp
+from sonic_hep.framework.errors import InferenceError
+from sonic_hep.framework.inference.server import TritonServer
+
+pytestmark = pytest.mark.triton
+
+
+def _infer(url: str, model: str, x: np.ndarray, **output_options) -> grpcclient.InferResult:
+    client = grpcclient.InferenceServerClient(url)
+    tensor = grpcclient.InferInput("x", x.shape, "FP32")
+    tensor.set_data_from_numpy(x)
+    outputs = [grpcclient.InferRequestedOutput("probs", **output_options)]
+    return client.infer(model, [tensor], outputs=outputs)
+
+
+def test_server_serves_the_repository_unmodified_on_loopback(demo_server, demo_repository, rng):
+    assert demo_server.host == "127.0.0.1" and demo_server.grpc_url.startswith("127.0.0.1:")
+    assert set(demo_server.served) == {"demo_mlp", "demo_points", "demo_sum"}
+    client = grpcclient.InferenceServerClient(demo_server.grpc_url)
+    config = client.get_model_config("demo_mlp").config
+    local = demo_repository.get("demo_mlp").config
+    assert config.platform == "onnxruntime_onnx" and config.max_batch_size == local.max_batch_size
+    # labels from label_filename: Triton's classification extension works through our backend
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    top = _infer(demo_server.grpc_url, "demo_mlp", x, class_count=1).as_numpy("probs")
+    probs = _infer(demo_server.grpc_url, "demo_mlp", x).as_numpy("probs")
+    labels = ["b", "c", "uds", "g"]
+    assert [row[0].decode().split(":")[2] for row in top] == [labels[i] for i in probs.argmax(axis=1)]
+
+
+def test_dynamic_batching_runs_concurrent_requests_in_fewer_executions(tmp_path, rng):
+    write_mlp(tmp_path, name="batched", preferred_batch_sizes=(16,), max_queue_delay_us=20000)
+    with TritonServer([tmp_path], workdir=tmp_path / "work") as server:
+        x = rng.standard_normal((64, 16)).astype(np.float32)
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(lambda i: _infer(server.grpc_url, "batched", x[i:i + 1]).as_numpy("probs"), range(64)))
+        stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("batched").model_stats[0]
+    assert stats.inference_stats.success.count == 64
+    assert stats.execution_count < 64 / 2, f"{stats.execution_count} executions for 64 requests"
+    reference = _infer_direct("batched", tmp_path, x)
+    np.testing.assert_array_equal(np.concatenate(results), reference)
+
+
+def _infer_direct(model, repository, x):
+    from sonic_hep.framework.inference.direct import DirectClient
+    from sonic_hep.framework.inference.repository import ModelRepository
+
+    return DirectClient(ModelRepository([repository])).run(model, {"x": x})["probs"]
+
+
+def test_instance_group_count_starts_that_many_model_instances(tmp_path):
+    write_mlp(tmp_path, name="twice", instance_count=2)
+    with TritonServer([tmp_path], workdir=tmp_path / "work") as server:
+        log = server.log_path.read_text()
+    assert "twice_0_0" in log and "twice_0_1" in log
+
+
+def test_two_servers_side_by_side_and_a_clean_stop(demo_server, tmp_path, rng):
+    second = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "second").start()
+    try:
+        assert set(second.ports.values()).isdisjoint(demo_server.ports.values())
+        x = rng.standard_normal((2, 16)).astype(np.float32)
+        np.testing.assert_array_equal(_infer(second.grpc_url, "demo_mlp", x).as_numpy("probs"),
+                                      _infer(demo_server.grpc_url, "demo_mlp", x).as_numpy("probs"))
+        pid = second.pid
+    finally:
+        code = second.stop()
+    assert code == 0
+    assert not _process_exists(pid)
+    assert "successfully loaded 'demo_mlp'" in second.log_path.read_text()  # the log is kept
+    assert demo_server.ready()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_model_that_cannot_load_fails_the_start_with_the_log(tmp_path):
+    bad = tmp_path / "repo" / "broken"
+    (bad / "1").mkdir(parents=True)
+    (bad / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    (bad / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
+                                      'input [{name: "x", data_type: TYPE_FP32, dims: [1]}]\n'
+                                      'output [{name: "y", data_type: TYPE_FP32, dims: [1]}]\n')
+    with pytest.raises(InferenceError, match=r"(?s)exited .* while starting; log .*broken"):
+        TritonServer([tmp_path / "repo"], workdir=tmp_path / "work").start()
+
+
+def test_cli_start_status_stop(tmp_path):
+    env = {**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")}
+    cmd = [sys.executable, "-m", "sonic_hep.workflows.cli"]
+    server = subprocess.Popen([*cmd, "server", "start", "--repository", str(DEMO_REPOSITORY), "--model", "demo_sum",
+                               "--workdir", str(tmp_path / "work")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        first = server.stdout.readline()
+        assert first.startswith("Triton server ready: grpc 127.0.0.1:"), first
+        url = first.split()[4]
+        record = json.loads(next((tmp_path / "state").glob("*.json")).read_text())
+        assert record["grpc"] == url and record["models"] == ["demo_sum"]
+        status = subprocess.run([*cmd, "server", "status"], env=env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and f"{url}: live" in status.stdout
+        assert "demo_sum" in status.stdout and "READY" in status.stdout
+        stop = subprocess.run([*cmd, "server", "stop", url], env=env, capture_output=True, text=True, timeout=60)
+        assert f"{url}: stopped" in stop.stdout, stop.stdout + stop.stderr
+        assert server.wait(30) == 0
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            server.wait(30)
+    assert not list((tmp_path / "state").glob("*.json"))
+    unreachable = subprocess.run([*cmd, "server", "status", url], env=env, capture_output=True, text=True, timeout=60)
+    assert unreachable.returncode == 1 and "unreachable" in unreachable.stdout
+
+
+def test_sigterm_on_the_foreground_command_stops_tritonserver(tmp_path):
+    env = {**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")}
+    server = subprocess.Popen([sys.executable, "-m", "sonic_hep.workflows.cli", "server", "start", "-r",
+                               str(DEMO_REPOSITORY), "-m", "demo_sum", "--workdir", str(tmp_path / "work")],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    server.stdout.readline()
+    record = json.loads(next((tmp_path / "state").glob("*.json")).read_text())
+    server.send_signal(signal.SIGINT)
+    assert server.wait(30) == 0
+    deadline = time.monotonic() + 10
+    while _process_exists(record["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _process_exists(record["pid"]), "tritonserver outlived `sonic server start`"
