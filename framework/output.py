@@ -102,6 +102,8 @@ def writable(name: str, array: Any) -> dict[str, Any]:
             out.update(writable(f"{name}_{field}", array[field]))
         return out
     if isinstance(layout_type, ak.types.ListType) and isinstance(layout_type.content, ak.types.RecordType):
+        if all(isinstance(t, ak.types.NumpyType) for t in layout_type.content.contents):
+            return {name: array}  # a plain jagged collection: written as it is
         fields: dict[str, Any] = {}
         for field in array.fields:  # a jagged collection: counter nX and branches X_field
             fields.update(split_regular(array[field], field))
@@ -154,17 +156,18 @@ class RootOutput:
     def _gather(self) -> dict[str, Any]:
         events = self._events
         branches: dict[str, Any] = {}
+        # Source columns and identity branches are cut from the chunks' arrays (a slice when the passing
+        # events are contiguous), not gathered event by event.
+        groups: list[tuple[Any, Any]] = []
+        for chunk, members in itertools.groupby(events, key=lambda e: e.chunk):
+            index = np.fromiter((e.i for e in members), dtype=np.int64)
+            contiguous = index[-1] - index[0] + 1 == len(index)
+            groups.append((chunk, slice(int(index[0]), int(index[-1]) + 1) if contiguous else index))
         for name in self.ids:
-            branches[name] = np.fromiter((e.chunk.ids[name][e.i] for e in events), dtype=np.int64, count=len(events))
-        if self.columns:
-            groups: list[tuple[Any, np.ndarray]] = []
-            for chunk, members in itertools.groupby(events, key=lambda e: e.chunk):
-                index = np.fromiter((e.i for e in members), dtype=np.int64)
-                contiguous = index[-1] - index[0] + 1 == len(index)
-                groups.append((chunk, slice(int(index[0]), int(index[-1]) + 1) if contiguous else index))
-            for key, name in self.columns.items():
-                parts = [chunk.columns[key][sel] for chunk, sel in groups]
-                branches.update(writable(name, parts[0] if len(parts) == 1 else ak.concatenate(parts)))
+            branches[name] = np.concatenate([chunk.ids[name][sel] for chunk, sel in groups]).astype(np.int64)
+        for key, name in self.columns.items():
+            parts = [chunk.columns[key][sel] for chunk, sel in groups]
+            branches.update(writable(name, parts[0] if len(parts) == 1 else ak.concatenate(parts)))
         for key, name in self.products.items():
             try:
                 values = [e.products[key] for e in events]

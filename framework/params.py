@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import typing
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -168,8 +169,12 @@ class Output:
     doc: str = ""
 
 
+@functools.cache
 def declared(cls: type, kind: type) -> dict[str, Any]:
-    """All class attributes of ``cls`` (and its bases) that are instances of ``kind``, by name."""
+    """All class attributes of ``cls`` (and its bases) that are instances of ``kind``, by name.
+
+    Cached: classes are not changed after definition, and ``EventView.put`` asks on every call.
+    """
     found: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
         for name, value in vars(klass).items():

@@ -120,14 +120,25 @@ class RootSource:
         self.files = expand(config.files)
         if not self.files:
             raise SourceError("no input files: give source.files in the configuration or --input")
+        self._open: tuple[str, Any, dict[str, Any], list[str]] | None = None
         self.entries = [self._num_entries(path) for path in self.files]
-        names = set(_open_tree(self.files[0], config.tree).keys())
+        names = set(self._tree(self.files[0])[0].keys())
         #: event-identity branches every chunk carries (present in the first file)
         self.id_branches = [name for name in ID_BRANCHES if name in names]
 
+    def _tree(self, path: str) -> tuple[Any, dict[str, Any], list[str]]:
+        """The tree of ``path`` with its branch plan, kept open while consecutive chunks come from it
+        (reading a TTree's metadata costs as much as a chunk of data for NanoAOD-sized trees)."""
+        if self._open is None or self._open[0] != path:
+            if self._open is not None:
+                self._open[1].file.close()
+            tree = _open_tree(path, self.config.tree)
+            plan, branches = _plan_branches(tree, self.requests, path)
+            self._open = (path, tree, plan, branches)
+        return self._open[1:]
+
     def _num_entries(self, path: str) -> int:
-        tree = _open_tree(path, self.config.tree)
-        _plan_branches(tree, self.requests, path)  # fail early on a missing branch, naming the file
+        tree, _, _ = self._tree(path)  # also fails early on a missing branch, naming the file
         return int(tree.num_entries)
 
     @property
@@ -156,8 +167,7 @@ class RootSource:
 
     def read(self, path: str, start: int, stop: int, first_index: int) -> Chunk:
         """Reads one chunk and builds its columns (collections zipped into records)."""
-        tree = _open_tree(path, self.config.tree)
-        plan, branches = _plan_branches(tree, self.requests, path)
+        tree, plan, branches = self._tree(path)
         try:
             arrays = tree.arrays(filter_name=branches, entry_start=start, entry_stop=stop, library="ak", how=dict)
         except Exception as err:

@@ -56,25 +56,48 @@ class Timing:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self.per_module = [ModuleTiming(label, typ, kind) for label, typ, kind in self.modules]
+        self._local = threading.local()
+        self._tables: list[list[list[float]]] = []
         self.cpu_start = time.process_time()
         self.cpu_stop: float | None = None
 
+    _FIELDS = ("calls", "wall", "cpu", "acquire_wall", "wait", "produce_wall")
+
+    def _table(self) -> list[list[float]]:
+        """This thread's accumulators (one row per module): no lock on the hot path."""
+        table = getattr(self._local, "table", None)
+        if table is None:
+            table = [[0.0] * len(self._FIELDS) for _ in self.modules]
+            self._local.table = table
+            with self._lock:
+                self._tables.append(table)
+        return table
+
     def add(self, index: int, phase: str, wall: float, cpu: float) -> None:
         """Records one call of module ``index``: phase is ``run``, ``acquire``, ``produce`` or ``wait``."""
+        row = self._table()[index]
+        if phase == "wait":
+            row[4] += wall
+            return
+        if phase != "produce":
+            row[0] += 1
+        row[1] += wall
+        row[2] += cpu
+        if phase == "acquire":
+            row[3] += wall
+        elif phase == "produce":
+            row[5] += wall
+
+    @property
+    def per_module(self) -> list[ModuleTiming]:
+        """Totals over all threads, one entry per module."""
         with self._lock:
-            m = self.per_module[index]
-            if phase == "wait":
-                m.wait += wall
-                return
-            if phase != "produce":
-                m.calls += 1
-            m.wall += wall
-            m.cpu += cpu
-            if phase == "acquire":
-                m.acquire_wall += wall
-            elif phase == "produce":
-                m.produce_wall += wall
+            tables = list(self._tables)
+        out = []
+        for index, (label, typ, kind) in enumerate(self.modules):
+            sums = [sum(table[index][k] for table in tables) for k in range(len(self._FIELDS))]
+            out.append(ModuleTiming(label, typ, kind, int(sums[0]), *sums[1:]))
+        return out
 
     def add_section(self, name: str, data: Any) -> None:
         """Adds a service's report (shown after the module table, stored in the JSON)."""
