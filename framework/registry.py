@@ -16,16 +16,31 @@ from .errors import did_you_mean
 from .module import Module, registered
 
 
+_FAILURES: dict[str, str] = {}
+
+
 @cache
 def load_plugins() -> tuple[str, ...]:
-    """Imports every plug-in package (and its sub-modules) once; returns the package names."""
+    """Imports every plug-in package (and its sub-modules) once; returns the package names.
+
+    A sub-module that fails to import is recorded, not fatal: one broken plug-in must not stop configs
+    that do not use it. :func:`lookup` reports the failures when a type is not found.
+    """
     names = []
     for entry in importlib.metadata.entry_points(group="sonic_hep.modules"):
-        package = importlib.import_module(entry.value)
+        try:
+            package = importlib.import_module(entry.value)
+        except Exception as err:  # noqa: BLE001 - recorded and reported by lookup()
+            _FAILURES[entry.value] = f"{type(err).__name__}: {err}"
+            continue
         names.append(entry.value)
         if hasattr(package, "__path__"):
-            for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
-                importlib.import_module(info.name)
+            for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + ".",
+                                              onerror=lambda name: _FAILURES.setdefault(name, "cannot import")):
+                try:
+                    importlib.import_module(info.name)
+                except Exception as err:  # noqa: BLE001 - recorded and reported by lookup()
+                    _FAILURES[info.name] = f"{type(err).__name__}: {err}"
     return tuple(names)
 
 
@@ -49,7 +64,8 @@ def lookup(type_name: str) -> type[Module]:
         load_plugins()
         known = registered()
     if type_name not in known:
-        raise KeyError(f"unknown module type {type_name!r}{did_you_mean(type_name, known)}")
+        failed = "".join(f"; plug-in {name} failed to import ({reason})" for name, reason in _FAILURES.items())
+        raise KeyError(f"unknown module type {type_name!r}{did_you_mean(type_name, known)}{failed}")
     return known[type_name]
 
 

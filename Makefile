@@ -1,0 +1,38 @@
+# sonic-hep: two commands set everything up on a fresh machine (see README.md)
+#   make demo   install, generate sample events, run the MiniAOD workflow direct and through a local Triton server
+#   make test   install everything the tests need (pip, and Slurm from apt when missing) and run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+# torch is only needed to retrain models; take it when this machine has the local CPU wheel (never a CUDA download)
+TORCH_WHEEL = $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
+
+.PHONY: demo test install install-test system-deps bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[generators]'
+
+install-test: $(BIN)/python system-deps
+	$(BIN)/python -m pip install -q -e '.[all]'
+ifneq ($(TORCH_WHEEL),)
+	$(BIN)/python -m pip install -q 'torch==2.13.0'
+endif
+
+system-deps:
+	./.ci/system-deps
+
+demo: install
+	$(BIN)/sonic demo
+
+test: install-test
+	$(BIN)/python -m pytest -q -ra --durations=25
+
+bench: install
+	$(BIN)/sonic bench framework --out bench/framework
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache
