@@ -48,7 +48,7 @@ def expand(paths: list[str]) -> list[str]:
     """Expands globs (sorted, so jobs see a stable order) and keeps URLs as they are."""
     files: list[str] = []
     for path in paths:
-        if "://" in path and not path.startswith("file://"):
+        if "://" in path:  # root://, https://, s3://, file:// ... are uproot's (fsspec's) business
             files.append(path)
             continue
         matches = sorted(glob.glob(path)) if glob.has_magic(path) else [path]

@@ -75,6 +75,14 @@ def test_glob_and_missing_file(tmp_path, nano_files):
     assert "nope.root" in str(err.value) and "does not exist" in str(err.value)
 
 
+def test_urls_are_passed_to_uproot(tmp_path, nano_files):
+    out = tmp_path / "url.root"
+    result = run({"source": {"files": [nano_files[1].resolve().as_uri()]}, "modules": {"ht": {"type": "CollectionSum"}},
+                  "output": {"file": str(out)}})
+    assert result.events == 90
+    assert uproot.open(out)["Events"]["event"].array(library="np")[0] == 1000
+
+
 def test_corrupt_file_is_named(tmp_path, nano_files):
     bad = tmp_path / "corrupt.root"
     data = nano_files[0].read_bytes()
