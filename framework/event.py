@@ -160,7 +160,15 @@ class EventView:
         products[key] = freeze(value)
 
     def rng(self) -> np.random.Generator:
-        """A random generator seeded by (job seed, event index, module label): reproducible whatever
-        the number of streams and threads, different for each module and event."""
+        """A random generator seeded by (job seed, event identity, module label): reproducible whatever
+        the number of streams and threads, different for each module and event.
+
+        The identity is the event's run/luminosityBlock/event numbers when the source has them (the
+        empty source numbers events 1..N), else its index in the job; so a task split into jobs
+        (``sonic submit``) draws the same numbers as one process over all events.
+        """
         label_hash = zlib.crc32(self._module.label.encode())
-        return np.random.default_rng([self._event.seed, self._event.index, label_hash])
+        event = self._event
+        ids = event.chunk.ids
+        identity = [int(ids[name][event.i]) for name in ("run", "luminosityBlock", "event") if name in ids]
+        return np.random.default_rng([event.seed, *(identity or [event.index]), label_hash])
