@@ -1,0 +1,1 @@
+"""ProtoDUNE-SP-like LArTPC simulation (generate.py), EmTrkMichelId definition, training and export."""
