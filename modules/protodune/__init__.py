@@ -1,0 +1,1 @@
+"""The ProtoDUNE workflow: hits → 48×48 patches → EmTrkMichelId scores (see README.md here)."""

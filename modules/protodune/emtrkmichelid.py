@@ -1,0 +1,46 @@
+"""EmTrkMichelId: track / EM shower / none / Michel scores for every hit, from its patch.
+
+The most expensive module of ProtoDUNE reconstruction (≈ 55k patches per event). The event's
+patches are cut into requests of ``batch_size`` (235 and 1693 in the seeds) that are all sent at
+once and awaited together (one ``gather``): with SONIC they are in flight on the server together,
+in direct mode they queue for the onnxruntime workers. The module never knows which mode runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...framework import InputTag, Output, Param, completed, gather
+from ...framework.inference import InferenceProducer
+
+SCORES = ("track", "em", "none", "michel")
+
+
+class EmTrkMichelId(InferenceProducer):
+    """Runs the EmTrkMichelId CNN on every hit's patch; puts LArSoft's 4-value MVA output per hit."""
+
+    patches = InputTag("patches:patches", doc="uint8 patches [n_hits, 48, 48, 1] (HitPatches)")
+    model = Param(str, "emtrkmichelid", doc="model name in the model repository")
+    batch_size = Param(int, 1693, doc="patches per inference request (the seeds used 235 and 1693)")
+
+    scores = Output("per hit: track, em, none (softmax of em_trk_none) and michel (sigmoid), float32")
+
+    def begin_job(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"module '{self.label}': batch_size must be at least 1, got {self.batch_size}")
+
+    def acquire(self, event):
+        patches = event.get(self.patches)
+        if len(patches) == 0:
+            return completed([])
+        return gather([self.infer({"patches": patches[lo:lo + self.batch_size]})
+                       for lo in range(0, len(patches), self.batch_size)])
+
+    def produce(self, event, results) -> None:
+        if not results:
+            event.put("scores", {name: np.zeros(0, np.float32) for name in SCORES})
+            return
+        em = np.concatenate([r["em_trk_none"] for r in results]).astype(np.float32, copy=False)
+        michel = np.concatenate([r["michel"] for r in results]).astype(np.float32, copy=False)
+        columns = {"track": em[:, 0], "em": em[:, 1], "none": em[:, 2], "michel": michel[:, 0]}
+        event.put("scores", {name: np.ascontiguousarray(values) for name, values in columns.items()})

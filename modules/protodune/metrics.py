@@ -1,0 +1,53 @@
+"""How well EmTrkMichelId scores agree with the simulation truth (per event or over a sample).
+
+Truth codes follow the generator: 0 track, 1 EM shower, 2 none (noise); ``michel`` flags hits of
+Michel electrons. The headline number is the **track-vs-shower accuracy**: among hits whose truth is
+track or shower, the fraction where the larger of P(track) and P(em) names the truth, the
+quantity LArSoft's EM/track separation is judged by. Its chance level is the larger class fraction
+(reported as ``track_vs_shower_chance``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TRUTH_TRACK, TRUTH_SHOWER, TRUTH_NONE = 0, 1, 2
+
+
+def classification_metrics(em_trk_none: np.ndarray, michel_score: np.ndarray, truth: np.ndarray,
+                           michel_truth: np.ndarray, michel_cut: float = 0.5) -> dict[str, float]:
+    """Agreement of scores with truth.
+
+    Args:
+        em_trk_none: ``[hits, 3]`` probabilities (track, em, none).
+        michel_score: ``[hits]`` P(Michel).
+        truth: ``[hits]`` truth codes; ``michel_truth``: ``[hits]`` bool.
+        michel_cut: score above which a hit counts as Michel-tagged.
+
+    Returns:
+        ``hits``, ``track_vs_shower_accuracy``, ``track_vs_shower_chance``, ``track_efficiency``,
+        ``shower_efficiency`` (per-class recall of that decision), ``three_class_accuracy``,
+        ``michel_efficiency``, ``michel_purity`` (NaN where undefined).
+    """
+    truth = np.asarray(truth)
+    michel_truth = np.asarray(michel_truth, bool)
+    em_trk_none = np.asarray(em_trk_none)
+    labelled = truth != TRUTH_NONE
+    says_shower = em_trk_none[:, 1] > em_trk_none[:, 0]
+    correct = says_shower == (truth == TRUTH_SHOWER)
+    tagged = np.asarray(michel_score).reshape(-1) > michel_cut
+
+    def mean(values: np.ndarray) -> float:
+        return float(np.mean(values)) if len(values) else float("nan")
+
+    n_track, n_shower = int(np.sum(truth == TRUTH_TRACK)), int(np.sum(truth == TRUTH_SHOWER))
+    return {
+        "hits": float(len(truth)),
+        "track_vs_shower_accuracy": mean(correct[labelled]),
+        "track_vs_shower_chance": max(n_track, n_shower) / max(1, n_track + n_shower),
+        "track_efficiency": mean(correct[truth == TRUTH_TRACK]),
+        "shower_efficiency": mean(correct[truth == TRUTH_SHOWER]),
+        "three_class_accuracy": mean(np.argmax(em_trk_none, axis=1) == truth),
+        "michel_efficiency": mean(tagged[michel_truth]),
+        "michel_purity": mean(michel_truth[tagged]),
+    }
