@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
+#: in ``shared_memory: auto``, requests smaller than this go in the gRPC message
+SHM_MIN_BYTES = 16 * 1024
+
 
 @dataclass(frozen=True)
 class ServerSpec:
@@ -96,12 +99,14 @@ class ServerConnection:
         spec (ServerSpec): address and TLS settings.
         timeout_s (float): per-request deadline (gRPC ``client_timeout``).
         compression (str): "none", "gzip" or "deflate" (gRPC message compression).
-        shared_memory (bool): send tensors through system shared memory (only for a local server).
+        shared_memory (str): "on" (tensors through system shared memory), "off", or "auto": shared
+            memory for requests of at least ``SHM_MIN_BYTES`` (below that, copying into the gRPC
+            message costs less than the extra bookkeeping). Only for a server on this host.
         model_versions (dict): pinned model versions (default: the server's choice).
     """
 
     def __init__(self, spec: ServerSpec, timeout_s: float = 60.0, compression: str = "none",
-                 shared_memory: bool = False, model_versions: Mapping[str, int] | None = None):
+                 shared_memory: str = "off", model_versions: Mapping[str, int] | None = None):
         self.spec = spec
         self.address = spec.address
         self.timeout_s = timeout_s
@@ -111,7 +116,8 @@ class ServerConnection:
                                                        root_certificates=spec.root_certificates,
                                                        private_key=spec.private_key,
                                                        certificate_chain=spec.certificate_chain)
-        self.shm = SharedMemoryPool(self.client, spec.address) if shared_memory else None
+        self.shm = SharedMemoryPool(self.client, spec.address) if shared_memory in ("on", "auto") else None
+        self.shm_min_bytes = SHM_MIN_BYTES if shared_memory == "auto" else 0
         self._aio_client: grpcaio.InferenceServerClient | None = None
 
     # -- control plane (blocking, short) ---------------------------------------------------------------
@@ -165,7 +171,7 @@ class ServerConnection:
             infer_inputs: list = []
             requested: list = []
             slots: list[_OutputSlot] = []
-            if self.shm is not None:
+            if self.shm is not None and sum(a.nbytes for a in inputs.values()) >= self.shm_min_bytes:
                 region, slots = self._stage(info, inputs, outputs, infer_inputs, requested)
             else:
                 for name, array in inputs.items():

@@ -94,8 +94,9 @@ class ServerPool:
             self.start_fallback()
 
     # -- membership ------------------------------------------------------------------------------------
-    def _use_shm(self, spec: ServerSpec) -> bool:
-        return self.shared_memory == "on" or (self.shared_memory == "auto" and spec.local)
+    def _use_shm(self, spec: ServerSpec) -> str:
+        """The connection's shared memory setting: only a server on this host can read our memory."""
+        return self.shared_memory if spec.local or self.shared_memory == "on" else "off"
 
     def _add(self, spec: ServerSpec, fallback: bool = False) -> ServerState:
         connection = ServerConnection(spec, shared_memory=self._use_shm(spec), **self.connection_options)

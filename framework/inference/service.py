@@ -17,7 +17,7 @@
         timeout_s: 60                # per request
         allowed_tries: 3             # per request and server, before failing over
         compression: none            # none | gzip | deflate
-        shared_memory: auto          # auto (local servers) | on | off
+        shared_memory: auto          # auto (local servers, requests of 16 KiB or more) | on | off
         model_versions: {}           # model: version to pin (default: the server's choice)
 
 Module code is the same in both modes; only this section (or ``--inference``) changes.

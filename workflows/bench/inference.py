@@ -1,0 +1,248 @@
+"""Direct vs SONIC inference, side by side in one run: latency, throughput, batching, and a workflow.
+
+Three measurements, all on this machine, against a Triton server started here (loopback):
+
+1. **Latency and throughput** of a small model (``demo_mlp``-like MLP, 16→32→4, 8 rows per request)
+   and a large one (MLP 256→1024→1024→1024→4, 16 rows per request) for 1..N concurrent clients
+   (closed loop: each client waits for its answer), in three modes: ``direct`` (onnxruntime in this
+   process), ``sonic`` (gRPC, tensors in the messages) and ``sonic+shm`` (tensors in system shared
+   memory).
+2. **Dynamic batching**: one-row requests to the small model with many requests in flight, on a
+   config with ``dynamic_batching`` and on the same model without it. Goal: ≥ 3× server throughput.
+3. **A workflow**: ``configs/demo_inference.yaml``'s toy jets and tagger plus ``--busy-ms`` of other
+   CPU work per event (standing in for the rest of a reconstruction), 4 streams on 2 threads,
+   direct vs SONIC. Goal: per-event time with SONIC ≤ 1.05× direct.
+
+Results go to ``--out``: ``inference.md`` (tables), ``inference.json`` and ``inference.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc._utils import _get_inference_request
+
+from ...data.demo.models import write_mlp
+from ...framework import Process
+from ...framework import config as cfgmod
+from ...framework.inference.connection import ServerSpec
+from ...framework.inference.direct import DirectClient
+from ...framework.inference.repository import ModelRepository
+from ...framework.inference.server import TritonServer
+from ...framework.inference.servers import ServerPool
+from ...framework.inference.sonic import SonicClient
+from ._load import closed_loop, in_flight, process_tree_cpu, server_load
+from ._machine import machine_description
+
+log = logging.getLogger(__name__)
+
+#: name → (rows per request, features, hidden layers)
+MODELS = {"small": (8, 16, (32,)), "large": (16, 256, (1024, 1024, 1024))}
+MODES = ("direct", "sonic", "sonic+shm")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8], help="concurrent clients")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per measurement point")
+    parser.add_argument("--depth", type=int, default=32, help="requests in flight per load process (batching test)")
+    parser.add_argument("--load-processes", type=int, default=2, help="load generator processes (batching test)")
+    parser.add_argument("--events", type=int, default=2000, help="events per workflow run")
+    parser.add_argument("--busy-ms", type=float, default=5.0, help="other CPU work per event in the workflow (ms)")
+    parser.add_argument("--repeat", type=int, default=3, help="workflow runs per mode (the median is reported)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: short points, few clients and events")
+
+
+def write_models(repository: Path) -> ModelRepository:
+    """The benchmark's models: small (with and without dynamic batching) and large."""
+    rows, n_in, hidden = MODELS["small"]
+    write_mlp(repository, "small", n_in=n_in, hidden=hidden)
+    write_mlp(repository, "small_unbatched", n_in=n_in, hidden=hidden, dynamic_batching=False)
+    rows, n_in, hidden = MODELS["large"]
+    write_mlp(repository, "large", n_in=n_in, hidden=hidden, seed=5)
+    return ModelRepository([repository])
+
+
+def sonic(server: TritonServer, repository: ModelRepository, shared_memory: str) -> SonicClient:
+    pool = ServerPool([ServerSpec(server.grpc_url)], repository=repository, fallback=False, shared_memory=shared_memory)
+    return SonicClient(pool)
+
+
+def latency_throughput(server: TritonServer, repository: ModelRepository, clients: list[int],
+                       duration: float) -> list[dict[str, Any]]:
+    rows = []
+    rng = np.random.default_rng(1)
+    for model, (n_rows, n_in, _) in MODELS.items():
+        x = rng.standard_normal((n_rows, n_in)).astype(np.float32)
+        for mode in MODES:
+            for n in clients:
+                if mode == "direct":
+                    client = DirectClient(repository, workers=n)
+                else:
+                    client = sonic(server, repository, "on" if mode == "sonic+shm" else "off")
+                try:
+                    client.infer(model, {"x": x}).result()  # load / connect outside the measurement
+                    result = closed_loop(lambda c=client: c.infer(model, {"x": x}).result(), n, duration)
+                finally:
+                    client.close()
+                rows.append({"model": model, "rows": n_rows, "mode": mode, "clients": n, **result})
+                log.info("%s %s %d clients: %.0f req/s, p50 %.2f ms", model, mode, n, result["requests_per_s"],
+                         result["latency_ms_p50"])
+    return rows
+
+
+def batching(server: TritonServer, repository: ModelRepository, depth: int, duration: float,
+             processes: int) -> list[dict[str, Any]]:
+    """One-row requests to the small model with and without dynamic batching, from a lean load
+    generator (server throughput) and from the SonicClient (what a job gets)."""
+    rows = []
+    x = np.random.default_rng(2).standard_normal((1, MODELS["small"][1])).astype(np.float32)
+    control = grpcclient.InferenceServerClient(server.grpc_url)
+    for model in ("small_unbatched", "small"):
+        tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        request = _get_inference_request(model_name=model, inputs=[tensor], model_version="", request_id="",
+                                         outputs=None, sequence_id=0, sequence_start=False, sequence_end=False,
+                                         priority=0, timeout=None, parameters=None).SerializeToString()
+        before, cpu = _model_stats(control, model), process_tree_cpu(server.pid)
+        server_load(server.grpc_url, request, depth, duration, processes)  # each process sends for `duration` s
+        after, cpu = _model_stats(control, model), process_tree_cpu(server.pid) - cpu
+        requests = after["requests"] - before["requests"]
+        executions = after["executions"] - before["executions"]
+        client = sonic(server, repository, "off")
+        try:
+            client.infer(model, {"x": x}).result()
+            via_client = in_flight(lambda c=client, m=model: c.infer(m, {"x": x}), depth, duration)
+        finally:
+            client.close()
+        rows.append({"model": model, "dynamic_batching": model == "small", "depth": depth, "processes": processes,
+                     "requests_per_s": requests / duration, "executions": executions,
+                     "avg_batch": requests / max(1, executions), "server_cpu_ms_per_request": 1000 * cpu / max(1, requests),
+                     "sonic_client_requests_per_s": via_client["requests_per_s"]})
+        log.info("%s: server %.0f req/s (%.3f CPU ms/req, avg batch %.1f); SonicClient %.0f req/s", model,
+                 rows[-1]["requests_per_s"], rows[-1]["server_cpu_ms_per_request"], rows[-1]["avg_batch"],
+                 via_client["requests_per_s"])
+    unbatched, batched = rows
+    batched["speedup"] = batched["requests_per_s"] / max(unbatched["requests_per_s"], 1e-9)
+    batched["capacity_ratio"] = unbatched["server_cpu_ms_per_request"] / max(batched["server_cpu_ms_per_request"], 1e-9)
+    return rows
+
+
+def _model_stats(client: grpcclient.InferenceServerClient, model: str) -> dict[str, int]:
+    stats = client.get_inference_statistics(model).model_stats[0]
+    return {"requests": stats.inference_stats.success.count, "executions": stats.execution_count}
+
+
+def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int) -> list[dict[str, Any]]:
+    """ms/event of the toy-jet workflow (+ busy work), direct vs SONIC, small and large model."""
+    rows = []
+    for model, (_, n_in, _) in MODELS.items():
+        for mode in ("direct", "sonic"):
+            times = []
+            for _ in range(repeat):
+                overrides = [f"source.events={events}", "options.progress=false", "output.file=null",
+                             f"toyJets.features={n_in}", f"tagger.model={model}",
+                             f"services.inference.mode={mode}", f"services.inference.repository=['{server.repository.paths[0]}']"]
+                if mode == "sonic":
+                    overrides += [f"services.inference.servers=['{server.grpc_url}']", "services.inference.fallback=false"]
+                cfg = cfgmod.load("demo_inference", overrides)
+                cfg.modules["busy"] = cfgmod.ModuleConfig("busy", "BusyProducer", {"ms": busy_ms})
+                cfg.path = [*cfg.path, "busy"]
+                cfg.output.products = [*cfg.output.products, "busy:value"]  # kept (not pruned) though not written
+                result = Process(cfg).run(progress=False)
+                times.append(1000 * result.timing.elapsed / result.events)
+            rows.append({"model": model, "mode": mode, "busy_ms": busy_ms, "events": events,
+                         "ms_per_event": float(np.median(times)), "runs_ms_per_event": times})
+            log.info("workflow %s %s: %.3f ms/event", model, mode, rows[-1]["ms_per_event"])
+        direct, remote = rows[-2]["ms_per_event"], rows[-1]["ms_per_event"]
+        rows[-1]["ratio_to_direct"] = remote / direct
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = ["# Inference benchmark: direct vs SONIC", "", f"Machine: {report['machine']}  ",
+             f"Command: `{report['command']}`  ", f"Date: {report['date']}", "",
+             "## Latency and throughput (closed loop, one request per client at a time)", "",
+             "| model | rows/request | mode | clients | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+    for r in report["latency"]:
+        lines.append(f"| {r['model']} | {r['rows']} | {r['mode']} | {r['clients']} | {r['requests_per_s']:.0f} | "
+                     f"{r['latency_ms_p50']:.3f} | {r['latency_ms_p99']:.3f} |")
+    bat = report["batching"]
+    lines += ["", f"## Dynamic batching (small model, one-row requests; {bat[0]['processes']} load processes × "
+              f"{bat[0]['depth']} in flight, perf_analyzer-like)", "",
+              "| config | server requests/s | executions | avg batch | server CPU ms/request | SonicClient requests/s |",
+              "|---|---|---|---|---|---|"]
+    for r in bat:
+        lines.append(f"| {'dynamic_batching' if r['dynamic_batching'] else 'no batching'} | {r['requests_per_s']:.0f} | "
+                     f"{r['executions']:.0f} | {r['avg_batch']:.1f} | {r['server_cpu_ms_per_request']:.3f} | "
+                     f"{r['sonic_client_requests_per_s']:.0f} |")
+    lines += ["", f"Dynamic batching: **{bat[-1]['speedup']:.2f}×** requests/s achieved, **{bat[-1]['capacity_ratio']:.2f}×** "
+              "less server CPU per request (goal ≥ 3× server throughput). When the achieved ratio is lower, the load "
+              "generator ran out of CPU before the batched server did (the server CPU per request says what the server "
+              "alone could sustain).", "",
+              f"## Workflow (toy jets + tagger + {report['workflow'][0]['busy_ms']} ms other work per event, "
+              f"4 streams, 2 threads)", "", "| model | mode | ms/event | SONIC / direct |", "|---|---|---|---|"]
+    for r in report["workflow"]:
+        ratio = f"{r['ratio_to_direct']:.3f}" if "ratio_to_direct" in r else ""
+        lines.append(f"| {r['model']} | {r['mode']} | {r['ms_per_event']:.3f} | {ratio} |")
+    lines += ["", "Goal: SONIC ≤ 1.05× direct per event."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    for ax, model in zip(axes[:2], MODELS):
+        for mode in MODES:
+            pts = [r for r in report["latency"] if r["model"] == model and r["mode"] == mode]
+            ax.plot([p["clients"] for p in pts], [p["requests_per_s"] for p in pts], marker="o", label=mode)
+        ax.set(title=f"{model} model: throughput", xlabel="concurrent clients", ylabel="requests/s", xscale="log")
+        ax.legend()
+    bat = report["batching"]
+    axes[2].bar([("batched" if r["dynamic_batching"] else "unbatched") for r in bat], [r["requests_per_s"] for r in bat])
+    axes[2].set(title="dynamic batching (small model)", ylabel="requests/s")
+    wf = report["workflow"]
+    labels = [f"{r['model']}\n{r['mode']}" for r in wf]
+    axes[3].bar(labels, [r["ms_per_event"] for r in wf], color=["C0" if r["mode"] == "direct" else "C1" for r in wf])
+    axes[3].set(title="workflow time per event", ylabel="ms/event")
+    fig.suptitle(report["machine"], fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.clients, args.duration, args.events, args.repeat = [1, 4], 0.4, 300, 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M"),
+                              "command": "sonic bench inference " + " ".join(
+                                  f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                                  for k, v in vars(args).items() if k in ("clients", "duration", "depth", "events",
+                                                                          "busy_ms", "repeat"))}
+    with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
+        repository = write_models(Path(tmp) / "models")
+        write_mlp(Path(tmp) / "models", "demo_mlp")  # the workflow's tagger model, as in data/models/demo
+        with TritonServer(repository, workdir=Path(tmp) / "server") as server:
+            report["latency"] = latency_throughput(server, repository, args.clients, args.duration)
+            report["batching"] = batching(server, repository, args.depth, args.duration, args.load_processes)
+            report["workflow"] = workflow(server, args.events, args.busy_ms, args.repeat)
+    (out / "inference.json").write_text(json.dumps(report, indent=2))
+    (out / "inference.md").write_text(markdown(report))
+    plot(report, out / "inference.png")
+    print(markdown(report))
+    print(f"wrote {out / 'inference.md'}, {out / 'inference.json'}, {out / 'inference.png'}")
+    return 0
+
