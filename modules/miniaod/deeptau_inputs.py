@@ -1,0 +1,228 @@
+"""DeepTau (v2) inputs for all τs of an event: 43 τ-level variables, and inner (11 × 11 cells of
+0.02 × 0.02) and outer (21 × 21 cells of 0.05 × 0.05) η–φ grids around each τ, with e/γ (86), μ (64)
+and hadron (38) variables per cell — the names, order and sizes of CMS's ``DeepTauId``
+(``dnn_inputs_v2``), channels-last as CMS feeds TensorFlow.
+
+Each cell holds, per object type, the highest-pT object in it (CMS's ``fillGrids``); the four common
+variables (ρ, τ pT, τ η, ECAL-crack flag) are set in cells where the block has an object. Types:
+PF electrons, photons, muons, charged and neutral hadrons; the "reco" electron and muon of CMS's
+blocks are the PF electron and muon here (this sample has no separate reco-lepton collections), so
+their detector-specific variables (cluster shapes, muon-station matches...) are 0. Values are raw
+(CMS scales them in the producer; the project's model standardises them in its first layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+COMMON = ("rho", "tau_pt", "tau_eta", "tau_inside_ecal_crack")
+_TRACK = ("lostInnerHits", "numberOfPixelHits", "vertex_dx", "vertex_dy", "vertex_dz", "vertex_dx_tauFL",
+          "vertex_dy_tauFL", "vertex_dz_tauFL", "hasTrackDetails", "dxy", "dxy_sig", "dz", "dz_sig",
+          "track_chi2_ndof", "track_ndof")
+
+TAU_BLOCK = (
+    "rho", "tau_pt", "tau_eta", "tau_mass", "tau_E_over_pt", "tau_charge", "tau_n_charged_prongs",
+    "tau_n_neutral_prongs", "chargedIsoPtSum", "chargedIsoPtSumdR03_over_dR05", "footprintCorrection",
+    "neutralIsoPtSum", "neutralIsoPtSumWeight_over_neutralIsoPtSum", "neutralIsoPtSumWeightdR03_over_neutralIsoPtSum",
+    "neutralIsoPtSumdR03_over_dR05", "photonPtSumOutsideSignalCone", "puCorrPtSum", "tau_dxy_valid", "tau_dxy",
+    "tau_dxy_sig", "tau_ip3d_valid", "tau_ip3d", "tau_ip3d_sig", "tau_dz", "tau_dz_sig_valid", "tau_dz_sig",
+    "tau_flightLength_x", "tau_flightLength_y", "tau_flightLength_z", "tau_flightLength_sig",
+    "tau_pt_weighted_deta_strip", "tau_pt_weighted_dphi_strip", "tau_pt_weighted_dr_signal",
+    "tau_pt_weighted_dr_iso", "tau_leadingTrackNormChi2", "tau_e_ratio_valid", "tau_e_ratio",
+    "tau_gj_angle_diff_valid", "tau_gj_angle_diff", "tau_n_photons", "tau_emFraction", "tau_inside_ecal_crack",
+    "leadChargedCand_etaAtEcalEntrance_minus_tau_eta")
+
+EGAMMA_BLOCK = COMMON + tuple(f"pfCand_ele_{v}" for v in (
+    "valid", "rel_pt", "deta", "dphi", "pvAssociationQuality", "puppiWeight", "charge") + _TRACK) + tuple(
+    f"ele_{v}" for v in (
+        "valid", "rel_pt", "deta", "dphi", "cc_valid", "cc_ele_rel_energy", "cc_gamma_rel_energy", "cc_n_gamma",
+        "rel_trackMomentumAtVtx", "rel_trackMomentumAtCalo", "rel_trackMomentumOut", "rel_trackMomentumAtEleClus",
+        "rel_trackMomentumAtVtxWithConstraint", "rel_ecalEnergy", "ecalEnergy_sig", "eSuperClusterOverP",
+        "eSeedClusterOverP", "eSeedClusterOverPout", "eEleClusterOverPout", "deltaEtaSuperClusterTrackAtVtx",
+        "deltaEtaSeedClusterTrackAtCalo", "deltaEtaEleClusterTrackAtCalo", "deltaPhiEleClusterTrackAtCalo",
+        "deltaPhiSuperClusterTrackAtVtx", "deltaPhiSeedClusterTrackAtCalo", "mvaInput_earlyBrem",
+        "mvaInput_lateBrem", "mvaInput_sigmaEtaEta", "mvaInput_hadEnergy", "mvaInput_deltaEta",
+        "gsfTrack_normalizedChi2", "gsfTrack_numberOfValidHits", "rel_gsfTrack_pt", "gsfTrack_pt_sig",
+        "has_closestCtfTrack", "closestCtfTrack_normalizedChi2", "closestCtfTrack_numberOfValidHits")) + tuple(
+    f"pfCand_gamma_{v}" for v in (
+        "valid", "rel_pt", "deta", "dphi", "pvAssociationQuality", "fromPV", "puppiWeight", "puppiWeightNoLep")
+    + _TRACK)
+
+MUON_BLOCK = COMMON + tuple(f"pfCand_muon_{v}" for v in (
+    "valid", "rel_pt", "deta", "dphi", "pvAssociationQuality", "fromPV", "puppiWeight", "charge") + _TRACK) + tuple(
+    f"muon_{v}" for v in (
+        "valid", "rel_pt", "deta", "dphi", "dxy", "dxy_sig", "normalizedChi2_valid", "normalizedChi2",
+        "numberOfValidHits", "segmentCompatibility", "caloCompatibility", "pfEcalEnergy_valid", "rel_pfEcalEnergy",
+        *(f"n_{what}_{det}_{i}" for what in ("matches", "hits") for det in ("DT", "CSC", "RPC") for i in range(1, 5))))
+
+HADRON_BLOCK = COMMON + tuple(f"pfCand_chHad_{v}" for v in (
+    "valid", "rel_pt", "deta", "dphi", "leadChargedHadrCand", "pvAssociationQuality", "fromPV", "puppiWeight",
+    "puppiWeightNoLep", "charge") + _TRACK + ("hcalFraction", "rawCaloFraction")) + tuple(
+    f"pfCand_nHad_{v}" for v in ("valid", "rel_pt", "deta", "dphi", "puppiWeight", "puppiWeightNoLep",
+                                  "hcalFraction"))
+
+BLOCKS = {"egamma": EGAMMA_BLOCK, "muon": MUON_BLOCK, "hadrons": HADRON_BLOCK}
+GRIDS = {"inner": (11, 0.02), "outer": (21, 0.05)}
+
+#: object types of the cells: the PF candidates (by |pdgId|) and, as stand-ins, the reco e and μ
+TYPES = {"pfCand_ele": 11, "pfCand_gamma": 22, "pfCand_muon": 13, "pfCand_chHad": 211, "pfCand_nHad": 130,
+         "ele": 11, "muon": 13}
+#: variables of the reco-lepton stand-ins that a PF candidate provides; the rest are 0
+RECO_PROXY = {"valid", "rel_pt", "deta", "dphi", "dxy", "dxy_sig", "normalizedChi2_valid", "normalizedChi2",
+              "numberOfValidHits"}
+
+PF_FIELDS = ("pt", "eta", "phi", "charge", "pdgId", "dxy", "dz", "dxyError", "dzError", "vx", "vy", "vz",
+             "puppiWeight", "fromPV", "pvAssocQuality", "lostInnerHits", "numberOfPixelHits", "trkChi2",
+             "hcalFraction")
+TAU_FIELDS = ("pt", "eta", "phi", "mass", "charge", "decayMode", "leadTkDeltaEta", "leadTkDeltaPhi",
+              "chargedIsoPtSum", "chargedIsoPtSumdR03", "footprintCorrection", "neutralIsoPtSum",
+              "neutralIsoPtSumWeight", "neutralIsoPtSumWeightdR03", "neutralIsoPtSumdR03",
+              "photonPtSumOutsideSignalCone", "puCorrPtSum", "dxy", "dxyErr", "ip3d", "ip3dErr", "dz", "dzErr",
+              "hasSecondaryVertex", "flightLengthX", "flightLengthY", "flightLengthZ", "flightLengthSig",
+              "ptWeightedDetaStrip", "ptWeightedDphiStrip", "ptWeightedDrSignal", "ptWeightedDrIsolation",
+              "leadingTrackNormChi2", "eRatio", "gjAngleDiff", "nPhotons", "emFraction", "insideEcalCrack",
+              "etaAtEcalEntranceLeadChargedCand")
+
+
+def delta_phi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a - b + np.pi) % (2 * np.pi) - np.pi
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / den, 0.0)
+
+
+def tau_block(tau: Mapping[str, np.ndarray], rho: float) -> np.ndarray:
+    """``[taus, 43]`` float32: CMS's τ-level inputs, raw."""
+    pt, eta, mass = tau["pt"].astype(np.float64), tau["eta"], tau["mass"]
+    energy = np.sqrt((pt * np.cosh(eta)) ** 2 + mass**2)
+    dm = tau["decayMode"]
+    sv = tau["hasSecondaryVertex"] > 0
+    v = {
+        "rho": np.full(pt.size, rho), "tau_pt": pt, "tau_eta": eta, "tau_mass": mass, "tau_E_over_pt": energy / pt,
+        "tau_charge": tau["charge"], "tau_n_charged_prongs": dm // 5 + 1, "tau_n_neutral_prongs": dm % 5,
+        "chargedIsoPtSum": tau["chargedIsoPtSum"],
+        "chargedIsoPtSumdR03_over_dR05": _ratio(tau["chargedIsoPtSumdR03"], tau["chargedIsoPtSum"]),
+        "footprintCorrection": tau["footprintCorrection"], "neutralIsoPtSum": tau["neutralIsoPtSum"],
+        "neutralIsoPtSumWeight_over_neutralIsoPtSum": _ratio(tau["neutralIsoPtSumWeight"], tau["neutralIsoPtSum"]),
+        "neutralIsoPtSumWeightdR03_over_neutralIsoPtSum": _ratio(tau["neutralIsoPtSumWeightdR03"],
+                                                                 tau["neutralIsoPtSum"]),
+        "neutralIsoPtSumdR03_over_dR05": _ratio(tau["neutralIsoPtSumdR03"], tau["neutralIsoPtSum"]),
+        "photonPtSumOutsideSignalCone": tau["photonPtSumOutsideSignalCone"], "puCorrPtSum": tau["puCorrPtSum"],
+        "tau_dxy_valid": np.ones(pt.size), "tau_dxy": tau["dxy"], "tau_dxy_sig": _ratio(np.abs(tau["dxy"]), tau["dxyErr"]),
+        "tau_ip3d_valid": np.ones(pt.size), "tau_ip3d": tau["ip3d"],
+        "tau_ip3d_sig": _ratio(np.abs(tau["ip3d"]), tau["ip3dErr"]), "tau_dz": tau["dz"],
+        "tau_dz_sig_valid": (tau["dzErr"] > 0).astype(np.float64), "tau_dz_sig": _ratio(np.abs(tau["dz"]), tau["dzErr"]),
+        "tau_flightLength_x": tau["flightLengthX"], "tau_flightLength_y": tau["flightLengthY"],
+        "tau_flightLength_z": tau["flightLengthZ"], "tau_flightLength_sig": tau["flightLengthSig"],
+        "tau_pt_weighted_deta_strip": tau["ptWeightedDetaStrip"], "tau_pt_weighted_dphi_strip": tau["ptWeightedDphiStrip"],
+        "tau_pt_weighted_dr_signal": tau["ptWeightedDrSignal"], "tau_pt_weighted_dr_iso": tau["ptWeightedDrIsolation"],
+        "tau_leadingTrackNormChi2": tau["leadingTrackNormChi2"], "tau_e_ratio_valid": (tau["eRatio"] > 0) * 1.0,
+        "tau_e_ratio": tau["eRatio"], "tau_gj_angle_diff_valid": sv * 1.0, "tau_gj_angle_diff": tau["gjAngleDiff"],
+        "tau_n_photons": tau["nPhotons"], "tau_emFraction": tau["emFraction"],
+        "tau_inside_ecal_crack": tau["insideEcalCrack"],
+        "leadChargedCand_etaAtEcalEntrance_minus_tau_eta": tau["etaAtEcalEntranceLeadChargedCand"] - eta,
+    }
+    out = np.stack([np.asarray(v[name], dtype=np.float64) for name in TAU_BLOCK], axis=1)
+    return np.where(np.isfinite(out), out, 0.0).astype(np.float32)
+
+
+def _object_variables(pf: Mapping[str, np.ndarray], cand: np.ndarray, tau: Mapping[str, np.ndarray],
+                      t: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-object variables (CMS names without the type prefix) for rows (τ t, candidate cand)."""
+    track = pf["charge"][cand] != 0
+    flight = {axis: np.where(tau["hasSecondaryVertex"][t] > 0, tau[f"flightLength{axis.upper()}"][t], 0.0)
+              for axis in "xyz"}
+    pixel = pf["numberOfPixelHits"][cand]
+    lead_eta = tau["eta"][t] + tau["leadTkDeltaEta"][t]
+    lead_phi = tau["phi"][t] + tau["leadTkDeltaPhi"][t]
+    puppi = pf["puppiWeight"][cand]
+    out = {
+        "valid": np.ones(cand.size), "rel_pt": pf["pt"][cand] / tau["pt"][t],
+        "deta": pf["eta"][cand] - tau["eta"][t], "dphi": delta_phi(pf["phi"][cand], tau["phi"][t]),
+        "leadChargedHadrCand": ((np.abs(pf["eta"][cand] - lead_eta) < 1e-3)
+                                & (np.abs(delta_phi(pf["phi"][cand], lead_phi)) < 1e-3)),
+        "pvAssociationQuality": pf["pvAssocQuality"][cand], "fromPV": pf["fromPV"][cand], "puppiWeight": puppi,
+        "puppiWeightNoLep": puppi, "charge": pf["charge"][cand], "lostInnerHits": pf["lostInnerHits"][cand],
+        "numberOfPixelHits": pixel, "vertex_dx": pf["vx"][cand], "vertex_dy": pf["vy"][cand],
+        "vertex_dz": pf["vz"][cand], "vertex_dx_tauFL": pf["vx"][cand] - flight["x"],
+        "vertex_dy_tauFL": pf["vy"][cand] - flight["y"], "vertex_dz_tauFL": pf["vz"][cand] - flight["z"],
+        "hasTrackDetails": track, "dxy": pf["dxy"][cand], "dxy_sig": _ratio(np.abs(pf["dxy"][cand]), pf["dxyError"][cand]),
+        "dz": pf["dz"][cand], "dz_sig": _ratio(np.abs(pf["dz"][cand]), pf["dzError"][cand]),
+        "track_chi2_ndof": pf["trkChi2"][cand], "track_ndof": np.where(track, 2 * (pixel + 10) - 5, 0),
+        "hcalFraction": pf["hcalFraction"][cand], "rawCaloFraction": np.where(track, 1.0, 0.0),
+        "normalizedChi2_valid": track, "normalizedChi2": pf["trkChi2"][cand],
+        "numberOfValidHits": np.where(track, pixel + 10, 0),
+    }
+    return out
+
+
+def _channel_plan(block: tuple[str, ...]) -> dict[str, tuple[np.ndarray, list[str]]]:
+    """Per object type: the block's channels it fills and the variable of each."""
+    plan: dict[str, tuple[list[int], list[str]]] = {}
+    for channel, name in enumerate(block):
+        if name in COMMON:
+            continue
+        prefix = next(p for p in sorted(TYPES, key=len, reverse=True) if name.startswith(p + "_"))
+        variable = name[len(prefix) + 1:]
+        if prefix in ("ele", "muon") and variable not in RECO_PROXY:
+            continue
+        channels, variables = plan.setdefault(prefix, ([], []))
+        channels.append(channel)
+        variables.append(variable)
+    return {k: (np.array(c), v) for k, (c, v) in plan.items()}
+
+
+PLANS = {name: _channel_plan(block) for name, block in BLOCKS.items()}
+
+
+def grids(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float,
+          inner_outer: str) -> dict[str, np.ndarray]:
+    """The three ``[taus, n, n, channels]`` grids (egamma, muon, hadrons) of the inner or outer grid."""
+    n_cells, size = GRIDS[inner_outer]
+    half = n_cells // 2
+    n_tau, n_pf = len(tau["pt"]), len(pf["pt"])
+    out = {name: np.zeros((n_tau, n_cells, n_cells, len(block)), dtype=np.float32) for name, block in BLOCKS.items()}
+    if n_tau == 0 or n_pf == 0:
+        return out
+    t = np.repeat(np.arange(n_tau), n_pf)
+    cand = np.tile(np.arange(n_pf), n_tau)
+    deta = pf["eta"][cand] - tau["eta"][t]
+    dphi = delta_phi(pf["phi"][cand], tau["phi"][t])
+    reach = size * n_cells / 2
+    apid = np.abs(pf["pdgId"][cand])
+    inside = (np.abs(deta) <= reach) & (np.abs(dphi) <= reach) & np.isin(apid, (11, 13, 22, 130, 211))
+    t, cand, deta, dphi, apid = t[inside], cand[inside], deta[inside], dphi[inside], apid[inside]
+    ieta = np.clip(np.copysign(np.floor(np.abs(deta) / size + 0.5), deta), -half, half).astype(np.int64) + half
+    iphi = np.clip(np.copysign(np.floor(np.abs(dphi) / size + 0.5), dphi), -half, half).astype(np.int64) + half
+    key = ((t * n_cells + ieta) * n_cells + iphi) * 1000 + apid
+    order = np.lexsort((-pf["pt"][cand], key))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = key[order][1:] != key[order][:-1]
+    best = order[first]  # the highest-pT object of each type in each cell
+    t, cand, ieta, iphi, apid = t[best], cand[best], ieta[best], iphi[best], apid[best]
+    variables = _object_variables(pf, cand, tau, t)
+    common = np.stack([np.full(t.size, rho), tau["pt"][t], tau["eta"][t], tau["insideEcalCrack"][t]], axis=1)
+    for block_name, plan in PLANS.items():
+        grid = out[block_name]
+        for prefix, (channels, names) in plan.items():
+            rows = apid == TYPES[prefix]
+            if not rows.any():
+                continue
+            values = np.stack([np.asarray(variables[v], dtype=np.float64)[rows] for v in names], axis=1)
+            cell = (t[rows][:, None], ieta[rows][:, None], iphi[rows][:, None])
+            grid[cell + (channels[None, :],)] = np.where(np.isfinite(values), values, 0.0)
+            grid[cell + (np.arange(len(COMMON))[None, :],)] = common[rows]
+    return out
+
+
+def deeptau_inputs(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float) -> dict[str, np.ndarray]:
+    """All seven DeepTau inputs of one event's τs (CMS names)."""
+    inputs = {"input_tau": tau_block(tau, rho)}
+    for which in GRIDS:
+        for block, array in grids(pf, tau, rho, which).items():
+            inputs[f"input_{which}_{block}"] = array
+    return inputs
