@@ -1,0 +1,185 @@
+"""CMS MiniAOD demonstrator: per-module time (ms/event and fraction of the event), direct vs SONIC.
+
+The table CMS showed for its SONIC demonstrator (ParticleNet-AK4 42 ms, AK8 11 ms, DeepMET 13 ms,
+DeepTau 21 ms of a 993 ms event; inputs 0.04 / 0.003 / 0.33 / 1.18 MB), for ``configs/miniaod.yaml``
+on generated events, with the models run in-process (direct) and on Triton (SONIC) in one run::
+
+    sonic bench miniaod --events 100                       # generates the events, starts a local Triton
+    sonic bench miniaod --input ttbar.root --server 10.0.0.7:8001 --config miniaod_cms
+
+A module's time is its acquire (input building) + the inference of its requests (onnxruntime run, or
+the Triton round trip, from the inference client's statistics) + its produce, per event, with one
+stream, one thread and one inference worker (``--streams/--threads`` to change); "% of event" divides
+it by the wall time per event. The modules' sum may exceed the event by the overlap ExternalWork allows
+(one module builds inputs while another's inference runs). The
+input size is what the producer sends per event (CMS's layouts, float32). The outputs of both modes
+are compared (largest difference of any written value). Results go to ``--out``: ``miniaod.md``,
+``miniaod.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import uproot
+
+from ...framework import Process
+from ...framework import config as cfgmod
+from ...framework.config import SourceConfig
+from ...framework.source import Request, RootSource
+from ._machine import machine_description
+
+LABELS = {"ParticleNetTagger": "ParticleNet", "DeepMETProducer": "DeepMET", "DeepTauProducer": "DeepTau"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", help="MiniAOD-like ROOT file (default: generate --events events)")
+    parser.add_argument("--events", type=int, default=100, help="events to generate and process")
+    parser.add_argument("--seed", type=int, default=11, help="generator seed when generating")
+    parser.add_argument("--config", default="miniaod", help="configuration (miniaod, miniaod_cms or a file)")
+    parser.add_argument("--modes", default="direct,sonic", help="comma-separated: direct, sonic")
+    parser.add_argument("--server", action="append", help="Triton server for sonic (default: a local one)")
+    parser.add_argument("--streams", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="configuration override, as for sonic run (e.g. services.inference.repository=[dir])")
+
+
+def input_megabytes(config: cfgmod.ProcessConfig, path: str, events: int = 20) -> dict[str, float]:
+    """Average bytes per event each inference producer sends, from its own preprocessing."""
+    from ...framework.registry import lookup
+    from ...modules.miniaod import deepmet, particlenet
+    from ...modules.miniaod.columns import columns
+    from ...modules.miniaod.deeptau_inputs import PF_FIELDS, TAU_FIELDS, deeptau_inputs
+    from ...modules.miniaod.particlenet_features import particlenet_inputs
+    from ...modules.miniaod.particlenet_inputs import INPUTS
+
+    modules = {label: (lookup(mc.type), mc) for label, mc in config.modules.items()}
+    requests: dict[str, tuple[str, ...] | None] = {"PFCands": tuple(sorted(set(
+        particlenet.PF_FIELDS + deepmet.FIELDS + PF_FIELDS))), "SV": particlenet.SV_FIELDS, "Tau": TAU_FIELDS,
+        "fixedGridRhoFastjetAll": None}
+    for cls, mc in modules.values():
+        if cls.__name__ == "ParticleNetTagger":
+            requests[mc.params.get("jets", "Jet")] = particlenet.JET_FIELDS
+            requests[mc.params.get("constituents", "JetPFCands")] = particlenet.MEMBER_FIELDS
+    source = RootSource(SourceConfig(files=[path], max_events=events), [Request(k, f) for k, f in requests.items()])
+    totals = {label: 0 for label in modules}
+    n = 0
+    for chunk in source.chunks():
+        for i in range(chunk.length):
+            get = {k: (columns(chunk.columns[k][i], f) if f else chunk.columns[k][i]) for k, f in requests.items()}
+            for label, (cls, mc) in modules.items():
+                if cls.__name__ == "ParticleNetTagger":
+                    jets = get[mc.params.get("jets", "Jet")]
+                    if len(jets["pt"]):
+                        x = particlenet_inputs(INPUTS[mc.params.get("preprocess", "ak4")], jets, get["PFCands"],
+                                               get[mc.params.get("constituents", "JetPFCands")], get["SV"])
+                        totals[label] += sum(a.nbytes for a in x.values())
+                elif cls.__name__ == "DeepMETProducer":
+                    totals[label] += sum(a.nbytes for a in deepmet.deepmet_inputs(get["PFCands"]).values())
+                elif cls.__name__ == "DeepTauProducer" and len(get["Tau"]["pt"]):
+                    x = deeptau_inputs(get["PFCands"], get["Tau"], float(get["fixedGridRhoFastjetAll"]))
+                    totals[label] += sum(a.nbytes for a in x.values())
+            n += 1
+    return {label: total / max(n, 1) / 1e6 for label, total in totals.items()}
+
+
+def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"options.streams={args.streams}",
+                 f"options.threads={args.threads}", "options.progress=false", "services.inference.workers=1",
+                 f"output.file='{out / f'miniaod_{mode}.root'}'", *args.param]
+    if mode == "sonic" and args.server:
+        overrides.append("services.inference.servers=[" + ", ".join(f"'{s}'" for s in args.server) + "]")
+    config = cfgmod.load(config_name, overrides)
+    result = Process(config).run(progress=False)
+    report = result.timing.report()
+    events = max(report["events"], 1)
+    event_ms = 1000.0 * report["wall_s"] / events
+    per_model = (report.get("inference") or {}).get("models", {})
+    modules = []
+    for m in report["modules"]:
+        model = config.modules[m["label"]].params.get("model")
+        infer_ms = 1000.0 * per_model.get(model, {}).get("seconds", 0.0) / events if model else 0.0
+        cpu_ms = m.get("acquire_ms_per_event", 0) + m.get("produce_ms_per_event", 0) if m["kind"] == "external" \
+            else m["wall_ms_per_event"]
+        modules.append({"label": m["label"], "type": m["type"], "ms_per_event": cpu_ms + infer_ms,
+                        "fraction": (cpu_ms + infer_ms) / event_ms, "acquire_ms": m.get("acquire_ms_per_event"),
+                        "inference_ms": infer_ms, "produce_ms": m.get("produce_ms_per_event"),
+                        "wait_ms": m.get("wait_ms_per_event")})
+    return {"mode": mode, "events": report["events"], "event_ms": event_ms, "events_per_s": report["events_per_s"],
+            "modules": modules, "inference": report.get("inference"), "output": result.output}
+
+
+def max_difference(a: str, b: str) -> float:
+    """Largest absolute difference between the same branches of two output files."""
+    ta, tb = uproot.open(a)["Events"], uproot.open(b)["Events"]
+    worst = 0.0
+    for name in ta.keys():
+        x, y = ta[name].array(library="np"), tb[name].array(library="np")
+        if x.dtype == object:
+            x, y = np.concatenate(list(x)) if len(x) else x, np.concatenate(list(y)) if len(y) else y
+        if x.size:
+            worst = max(worst, float(np.max(np.abs(x.astype(float) - y.astype(float)))))
+    return worst
+
+
+def markdown(results: dict[str, Any]) -> str:
+    modes = [r["mode"] for r in results["runs"]]
+    head = "| module | algorithm | model | input MB/evt | " + " | ".join(
+        f"{m} ms/evt | {m} % of event" for m in modes) + " |"
+    lines = [f"# sonic bench miniaod\n", f"Machine: {results['machine']}  ",
+             f"Input: {results['input']} ({results['runs'][0]['events']} events), config {results['config']}, "
+             f"{results['streams']} stream(s), {results['threads']} thread(s)\n", head,
+             "|" + "---|" * (4 + 2 * len(modes))]
+    for i, module in enumerate(results["runs"][0]["modules"]):
+        cells = []
+        for run in results["runs"]:
+            m = run["modules"][i]
+            cells += [f"{m['ms_per_event']:.1f}", f"{100 * m['fraction']:.1f} %"]
+        label = module["label"]
+        lines.append(f"| {label} | {LABELS.get(module['type'], module['type'])} | {results['models'].get(label, '')} | "
+                     f"{results['input_mb'].get(label, 0):.3f} | " + " | ".join(cells) + " |")
+    lines.append("| sum of modules | | | | " + " | ".join(
+        f"{sum(m['ms_per_event'] for m in r['modules']):.1f} | {100 * sum(m['fraction'] for m in r['modules']):.1f} %"
+        for r in results["runs"]) + " |")
+    lines.append("| **event** (wall) | | | | " + " | ".join(f"**{r['event_ms']:.1f}** | 100 %" for r in results["runs"])
+                 + " |")
+    lines.append("")
+    lines.append(" · ".join(f"{r['mode']}: {r['events_per_s']:.1f} events/s" for r in results["runs"]))
+    if "max_difference" in results:
+        lines.append(f"\nLargest difference between the modes' outputs: {results['max_difference']:.2e}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = args.input
+    if path is None:
+        from ...data.miniaod.generate import generate
+
+        path = str(out / f"miniaod_input_{args.events}_{args.seed}.root")
+        if not os.path.exists(path):
+            generate(path, args.events, seed=args.seed)
+    config = cfgmod.load(args.config, [f"source.files=['{path}']", *args.param])
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    results: dict[str, Any] = {
+        "machine": machine_description(), "input": os.path.basename(path), "config": args.config,
+        "streams": args.streams, "threads": args.threads,
+        "models": {label: mc.params.get("model", "") for label, mc in config.modules.items()},
+        "input_mb": input_megabytes(config, path),
+        "runs": [run_mode(args.config, path, mode, out, args) for mode in modes],
+    }
+    if len(results["runs"]) == 2:
+        results["max_difference"] = max_difference(results["runs"][0]["output"], results["runs"][1]["output"])
+    (out / "miniaod.json").write_text(json.dumps(results, indent=2, default=str))
+    text = markdown(results)
+    (out / "miniaod.md").write_text(text)
+    print(text)
+    print(f"results in {os.path.abspath(out)}/miniaod.{{md,json}}")
+    return 0
