@@ -1,0 +1,17 @@
+"""Errors a grid user can cause: each names the task directory, job or input to fix."""
+
+from __future__ import annotations
+
+from ...framework.errors import SonicError
+
+
+class GridError(SonicError):
+    """A task that cannot be created, submitted, resubmitted or merged as asked."""
+
+
+class SubmitError(GridError):
+    """The batch system refused or could not be reached; names the command or daemon that failed."""
+
+
+class IncompleteTask(GridError):
+    """``merge`` found jobs that are not done (or whose output does not validate)."""

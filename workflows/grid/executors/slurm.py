@@ -1,0 +1,156 @@
+"""``slurm``: one job array per submission (``sbatch --array=...%N``), watched with squeue and sacct.
+
+The array's ``%N`` throttle is Slurm's own cap on running tasks, so ``--max-running`` holds even
+when this machine is off. Task ids above Slurm's MaxArraySize (1001 by default) go into further
+arrays with an index offset (the cap then holds per array). Each array task runs the job wrapper,
+which writes its own log; Slurm's output (``logs/slurm-<array>_<task>.out``) only catches what
+happens before the wrapper starts.
+
+``poll`` asks ``squeue`` (which knows pending, running and recently ended jobs), then ``sacct``
+for jobs squeue has forgotten; without accounting, a job Slurm no longer knows has ended.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from ..errors import SubmitError
+from ..lifecycle import BatchStatus
+from ..task import Task
+from .base import Executor, run_command
+
+PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SUSPENDED",
+           "STOPPED", "RESIZING"}
+RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING"}
+
+
+@dataclass
+class SlurmOptions:
+    partition: str = field(default="", metadata={"doc": "partition (sbatch --partition)"})
+    time: str = field(default="", metadata={"doc": "wall-time limit per job (sbatch --time, e.g. 02:00:00)"})
+    mem: str = field(default="", metadata={"doc": "memory per job (sbatch --mem, e.g. 4G)"})
+    cpus_per_task: int = field(default=0, metadata={"doc": "cores per job (default: the config's options.threads)"})
+    account: str = field(default="", metadata={"doc": "account to charge (sbatch --account)"})
+    qos: str = field(default="", metadata={"doc": "quality of service (sbatch --qos)"})
+    extra: list[str] = field(default_factory=list, metadata={"doc": "more sbatch options, e.g. [--gres=gpu:1]"})
+    max_array_size: int = field(default=1000, metadata={"doc": "largest array index Slurm accepts (MaxArraySize-1)"})
+
+
+def compress(indices: list[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``"0-2,5,7-8"`` (Slurm's array syntax)."""
+    parts: list[str] = []
+    ordered = sorted(set(indices))
+    start = prev = ordered[0]
+    for i in ordered[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(parts)
+
+
+class SlurmExecutor(Executor):
+    """Job arrays on Slurm (``sbatch``/``squeue``/``sacct`` on PATH; ``SLURM_CONF`` as usual)."""
+
+    name = "slurm"
+    Options = SlurmOptions
+
+    def script(self, indices: list[int], offset: int, max_running: int | None) -> str:
+        """The batch script of one array (job index = array index + offset)."""
+        opts: SlurmOptions = self.options
+        task = self.task
+        array = compress([i - offset for i in indices]) + (f"%{max_running}" if max_running else "")
+        cpus = opts.cpus_per_task or _config_threads(task)
+        lines = ["#!/bin/bash", f"#SBATCH --job-name=sonic-{task.name}", f"#SBATCH --array={array}",
+                 f"#SBATCH --output={task.directory}/logs/slurm-%A_%a.out",
+                 f"#SBATCH --chdir={task.description.workdir}", f"#SBATCH --cpus-per-task={cpus}",
+                 "#SBATCH --ntasks=1"]
+        for option, value in (("partition", opts.partition), ("time", opts.time), ("mem", opts.mem),
+                              ("account", opts.account), ("qos", opts.qos)):
+            if value:
+                lines.append(f"#SBATCH --{option}={value}")
+        lines += [f"#SBATCH {extra}" for extra in opts.extra]
+        command = self.job_command("$SLURM_ARRAY_TASK_ID", "--offset", str(offset))
+        lines += ["", f"# task {task.directory}: jobs {compress(indices)}",
+                  "exec " + shlex.join(command).replace("'$SLURM_ARRAY_TASK_ID'", '"$SLURM_ARRAY_TASK_ID"'), ""]
+        return "\n".join(lines)
+
+    def submit(self, indices: list[int], max_running: int | None) -> dict[int, str]:
+        size = self.options.max_array_size
+        batch_ids: dict[int, str] = {}
+        windows: dict[int, list[int]] = {}
+        for index in sorted(indices):
+            windows.setdefault(index // size * size, []).append(index)
+        for offset, window in windows.items():
+            path = self.task.directory / "logs" / f"slurm-submit-{time.strftime('%Y%m%d-%H%M%S')}-{offset}.sh"
+            path.write_text(self.script(window, offset, max_running))
+            result = run_command(["sbatch", "--parsable", str(path)], "sbatch")
+            if result.returncode != 0:
+                raise SubmitError(f"sbatch refused {path}: {result.stderr.strip() or result.stdout.strip()}")
+            array_id = result.stdout.strip().split(";")[0]
+            batch_ids.update({index: f"{array_id}_{index - offset}" for index in window})
+        return batch_ids
+
+    def poll(self, batch_ids: dict[int, str]) -> dict[int, BatchStatus]:
+        if not batch_ids:
+            return {}
+        arrays = sorted({batch_id.split("_")[0] for batch_id in batch_ids.values()})
+        seen = self._squeue(arrays)
+        missing = [b for b in batch_ids.values() if b not in seen]
+        if missing:
+            seen.update(self._sacct(sorted({b.split("_")[0] for b in missing})))
+        out = {}
+        for index, batch_id in batch_ids.items():
+            out[index] = seen.get(batch_id, BatchStatus("ended", "no longer known to Slurm"))
+        return out
+
+    @staticmethod
+    def _status(state: str, reason: str) -> BatchStatus:
+        state = state.split()[0].rstrip("+") if state else "UNKNOWN"
+        if state in PENDING:
+            return BatchStatus("pending", "" if reason in ("None", "") else f"slurm: {reason}")
+        if state in RUNNING:
+            return BatchStatus("running")
+        detail = f"slurm {state}" + (f": {reason}" if reason and reason not in ("None", "") else "")
+        return BatchStatus("ended", detail)
+
+    def _squeue(self, arrays: list[str]) -> dict[str, BatchStatus]:
+        result = run_command(["squeue", "--array", "--states=all", "--noheader", "--format=%i|%T|%r",
+                              f"--jobs={','.join(arrays)}"], "squeue")
+        if result.returncode != 0:
+            if "Invalid job id" in result.stderr:
+                return {}
+            raise SubmitError(f"squeue failed: {result.stderr.strip()}")
+        out = {}
+        for line in result.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3:
+                out[parts[0]] = self._status(parts[1], parts[2])
+        return out
+
+    def _sacct(self, arrays: list[str]) -> dict[str, BatchStatus]:
+        result = run_command(["sacct", "--noheader", "--parsable2", "--allocations",
+                              "--format=JobID,State,ExitCode", f"--jobs={','.join(arrays)}"], "sacct")
+        if result.returncode != 0:  # no accounting storage: Slurm forgot these jobs, so they ended
+            return {}
+        out = {}
+        for line in result.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3:
+                status = self._status(parts[1], "")
+                if status.state == "ended":
+                    status = BatchStatus("ended", f"{status.detail}, exit code {parts[2]}")
+                out[parts[0]] = status
+        return out
+
+
+def _config_threads(task: Task) -> int:
+    raw = yaml.safe_load((task.directory / "config.yaml").read_text()) or {}
+    return int((raw.get("options") or {}).get("threads", 1)) or 1
+

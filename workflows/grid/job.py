@@ -1,0 +1,213 @@
+"""The job wrapper: what every executor runs on its worker — ``python -m sonic_hep.workflows.grid.job DIR INDEX``.
+
+One process per job, the same on every executor:
+
+1. writes ``state.json`` = running (host, pid, batch id) and sends its output to ``job.log``;
+2. opens every input file, so an unreadable one is reported by name for this job;
+3. runs the job's recorded ``sonic run`` arguments in this process (so killing the job kills all
+   of it; the framework writes the output under a temporary name and renames it only at the end);
+4. validates the result — the output opens, its tree holds as many entries as the job wrote, and
+   the job processed exactly the events its entry range holds — and only then writes ``done``.
+
+A failure writes ``failed`` with the reason; SIGTERM (``scancel``, ``condor_rm``, a wall-time
+limit) is reported as such. A SIGKILL leaves ``running`` behind, which ``status`` turns into
+``failed`` once the batch system says the job has ended. Exit status: 0 done, 1 failed,
+2 unreadable input (retrying will not help), 3 output did not validate.
+
+``--sandbox`` runs an HTCondor job without a shared filesystem: the task's files were transferred
+into the working directory and the results are written there, for HTCondor to transfer back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+from ...framework.errors import SonicError, SourceError
+from ...framework.source import _open_tree
+from .errors import GridError
+from .records import JobReport, Submission, read_json
+from .splitting import JobSpec
+from .task import JobFiles, Task, TaskDescription, job_arguments
+from .validation import check_output, timing_summary
+
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INVALID = 0, 1, 2, 3
+
+log = logging.getLogger(__name__)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM from the batch system: unwinds like Ctrl-C, so the framework discards the partial output."""
+
+
+def batch_id_from_environment() -> str | None:
+    """The id the batch system gave this job, from its environment variables."""
+    env = os.environ
+    if "SLURM_ARRAY_JOB_ID" in env:
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
+    if "SLURM_JOB_ID" in env:
+        return env["SLURM_JOB_ID"]
+    if "_CONDOR_JOB_AD" in env:
+        try:
+            text = Path(env["_CONDOR_JOB_AD"]).read_text()
+            ad = dict(line.split(" = ", 1) for line in text.splitlines() if " = " in line)
+            return f"{ad['ClusterId']}.{ad['ProcId']}"
+        except (OSError, KeyError):
+            return None
+    return None
+
+
+def _redirect_output(path: Path, header: str) -> None:
+    """Sends this process's stdout/stderr (C libraries included) to the job log, after a header."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, f"\n===== {header} =====\n".encode())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def check_inputs(spec: JobSpec, tree: str) -> tuple[list[int], list[str]]:
+    """Entries of each input file, and the errors of those that cannot be read."""
+    entries, bad = [], []
+    for path in spec.inputs:
+        try:
+            entries.append(int(_open_tree(path, tree).num_entries))
+        except SourceError as err:
+            bad.append(str(err))
+    return entries, bad
+
+
+def expected_events(spec: JobSpec, entries: list[int]) -> int:
+    """Events the job must process: its entry range, clipped to what its files hold."""
+    if spec.expected_events is not None:
+        return spec.expected_events
+    available = max(0, sum(entries) - spec.first_entry)
+    return available if spec.max_events < 0 else min(available, spec.max_events)
+
+
+def run_sonic(args: list[str]) -> None:
+    """Runs ``sonic ARGS`` in this process; SonicError and other exceptions propagate.
+
+    Only the ``run`` sub-command is registered: a job must not depend on every other sub-command importing.
+    """
+    from ..cli import run
+
+    parser = argparse.ArgumentParser(prog="sonic")
+    run.register(parser.add_subparsers(dest="command", required=True))
+    parsed = parser.parse_args(args)
+    code = parsed.func(parsed)
+    if code:
+        raise GridError(f"sonic {args[0]} exited with status {code}")
+
+
+def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: list[str], tree: str) -> int:
+    """Runs one job attempt and writes its report; returns the exit status."""
+    submission = Submission.load(files.submission)
+    attempt = submission.attempt if submission else 1
+    report = JobReport(attempt=attempt, state="running", batch_id=batch_id_from_environment(), started=time.time())
+    _redirect_output(files.log, f"attempt {attempt} of job {spec.index} on {report.host} pid {report.pid} "
+                                f"batch id {report.batch_id} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    report.save(files.report)
+    print("command:", " ".join(["sonic", *args]), flush=True)
+
+    def finish(state: str, code: int, reason: str = "", **extra: object) -> int:
+        final = replace(report, state=state, ended=time.time(), exit_code=code, reason=reason, **extra)
+        final.save(files.report)
+        print(f"job {spec.index}: {state}" + (f": {reason}" if reason else ""), flush=True)
+        return code
+
+    for stale in files.directory.glob(f"{files.output.name}.tmp-*"):
+        stale.unlink()  # a killed earlier attempt's partial output
+    entries, bad = check_inputs(spec, tree)
+    if bad:
+        return finish("failed", EXIT_BAD_INPUT, f"{len(bad)} unreadable input file(s): {bad[0]}", bad_inputs=bad)
+    expected = expected_events(spec, entries)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        run_sonic(args)
+    except Terminated:
+        return finish("failed", 128 + signal.SIGTERM, "terminated by SIGTERM (batch system stop or time limit)")
+    except KeyboardInterrupt:
+        return finish("failed", 130, "interrupted (SIGINT)")
+    except SonicError as err:
+        notes = "; ".join(getattr(err, "__notes__", []))
+        return finish("failed", EXIT_FAILED, f"{type(err).__name__}: {err}" + (f" ({notes})" if notes else ""))
+    except Exception as err:  # noqa: BLE001 - a bug in a module: the traceback goes to the log
+        traceback.print_exc()
+        return finish("failed", EXIT_FAILED, f"{type(err).__name__}: {err}")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    timing = read_json(files.timing) or {}
+    try:
+        check = check_output(files.output, tree)
+        processed = int(timing.get("events", -1))
+        if processed != expected:
+            raise GridError(f"processed {processed} events, but its entry range holds {expected}")
+    except GridError as err:
+        if files.output.exists():
+            files.output.replace(files.output.with_name(files.output.name + ".rejected"))
+        return finish("failed", EXIT_INVALID, f"output rejected: {err}")
+    return finish("done", EXIT_DONE, events=processed, written=check.entries, output_bytes=check.size,
+                  timing=timing_summary(timing))
+
+
+def sandbox_job(index: int) -> tuple[JobFiles, TaskDescription, JobSpec, list[str], str]:
+    """The job as HTCondor transferred it into the working directory (no shared filesystem)."""
+    here = Path.cwd()
+    description = TaskDescription(**read_json(here / "task.json"))
+    data = read_json(here / "job.json")
+    data.pop("sonic_args")
+    spec = JobSpec(**{**data, "inputs": tuple(p if "://" in p or not (here / Path(p).name).exists()
+                                               else str(here / Path(p).name) for p in data["inputs"])})
+    files = JobFiles(here)
+    args = job_arguments(description, here / "config.yaml", spec, files)
+    return files, description, spec, args, _tree(here / "config.yaml")
+
+
+def _tree(config_path: Path) -> str:
+    import yaml
+
+    raw = yaml.safe_load(config_path.read_text()) or {}
+    return str((raw.get("source") or {}).get("tree", "Events"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sonic_hep.workflows.grid.job", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("directory", help="the task directory (with --sandbox: ignored, the working directory)")
+    parser.add_argument("index", type=int, help="the job's index")
+    parser.add_argument("--offset", type=int, default=0, help="added to index (Slurm arrays above MaxArraySize)")
+    parser.add_argument("--sandbox", action="store_true", help="HTCondor file transfer: work in the current directory")
+    args = parser.parse_args(argv)
+    index = args.index + args.offset
+    if args.sandbox:
+        files, description, spec, sonic_args, tree = sandbox_job(index)
+    else:
+        task = Task(args.directory)
+        spec, sonic_args = task.spec(index)
+        files, description, tree = task.files(index), task.description, _tree(task.directory / "config.yaml")
+    code = run_job(files, description, spec, sonic_args, tree)
+    if args.sandbox:  # HTCondor holds a job whose listed outputs are missing; state.json says it failed
+        for path in (files.output, files.timing):
+            path.touch(exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # do not wait for threads a failed module may have left behind
+
+
+if __name__ == "__main__":
+    sys.exit(main())

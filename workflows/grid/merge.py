@@ -1,0 +1,190 @@
+"""``sonic merge``: the job outputs of a finished task as one ROOT file, like ``hadd``, with uproot.
+
+Refuses unless every job is done and every output validates (entry count = events the job wrote).
+Event trees are concatenated in job order — the order of the entries in the inputs — so the result
+equals one process run over all inputs; histograms (the Analyzers' ``hist`` objects) are summed.
+NanoAOD-style collections keep their layout: branches ``X_field`` that share the counter ``nX`` are
+written back as one collection with that counter. The merged file is written under a temporary
+name, its entry count checked against the sum, and only then renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import awkward as ak
+import numpy as np
+import uproot
+
+from ...framework.output import compression as parse_compression
+from .errors import GridError, IncompleteTask
+from .status import collect
+from .task import Task
+from .validation import check_output
+
+METADATA = "sonic_metadata"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a tree's branches are written back: collections (name → counter, field branches) and the rest."""
+
+    collections: dict[str, tuple[str, dict[str, str]]]
+    flat: list[str]
+
+    @classmethod
+    def of(cls, tree: Any) -> Layout:
+        collections: dict[str, tuple[str, dict[str, str]]] = {}
+        flat: list[str] = []
+        counters: set[str] = set()
+        for branch in tree.branches:
+            count = getattr(branch, "count_branch", None)
+            if count is None:
+                flat.append(branch.name)
+                continue
+            counters.add(count.name)
+            group = count.name[1:] if count.name.startswith("n") else count.name
+            if branch.name.startswith(group + "_"):
+                collections.setdefault(group, (count.name, {}))[1][branch.name[len(group) + 1:]] = branch.name
+            else:
+                collections[branch.name] = (count.name, {})
+        return cls(collections, [name for name in flat if name not in counters])
+
+    def arrays(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """One chunk read with ``how=dict`` → arrays for ``mktree``/``extend`` in this layout."""
+        out: dict[str, Any] = {name: _numpy(chunk[name]) for name in self.flat}
+        for group, (_, fields) in self.collections.items():
+            out[group] = ak.zip({field: chunk[branch] for field, branch in fields.items()}) if fields else chunk[group]
+        return out
+
+    def branches(self) -> list[str]:
+        return self.flat + [b for _, (_, fields) in self.collections.items() for b in fields.values()] + \
+            [g for g, (_, fields) in self.collections.items() if not fields]
+
+
+def _numpy(array: Any) -> Any:
+    return ak.to_numpy(array) if isinstance(array, ak.Array) else np.asarray(array)
+
+
+def _type(array: Any) -> Any:
+    if isinstance(array, np.ndarray):
+        return array.dtype if array.ndim == 1 else np.dtype((array.dtype, array.shape[1:]))
+    return array.type.content
+
+
+def check_complete(task: Task, tree: str) -> list[tuple[int, str, int]]:
+    """Every job's validated output, in job order: (index, path, entries).
+
+    Raises:
+        IncompleteTask: listing each job that is not done or whose output does not validate.
+    """
+    statuses, _ = collect(task, log_lines=0)
+    problems = [f"job {s.index}: {s.state}" + (f" ({s.reason})" if s.reason else "")
+                for s in statuses if s.state != "done"]
+    outputs = []
+    for s in statuses:
+        if s.state != "done":
+            continue
+        path = task.files(s.index).output
+        try:
+            check = check_output(path, tree)
+        except GridError as err:
+            problems.append(f"job {s.index}: output does not validate: {err}")
+            continue
+        if check.entries != s.report.written:
+            problems.append(f"job {s.index}: {path} holds {check.entries} entries, the job reported {s.report.written}")
+            continue
+        outputs.append((s.index, str(path), check.entries))
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        raise IncompleteTask(f"cannot merge {task.directory}: {len(problems)} of {task.njobs} jobs are not "
+                             f"complete (see `sonic status {task.directory}`, `sonic resubmit {task.directory}`):\n  "
+                             + "\n  ".join(shown))
+    return outputs
+
+
+def _objects(handle: Any, tree: str) -> Iterator[tuple[str, Any]]:
+    """Histograms and other objects besides the tree and the metadata (``dir/name`` paths)."""
+    for key, cls in handle.classnames(recursive=True, cycle=False).items():
+        if key in (tree, METADATA) or cls == "TDirectory" or cls.startswith("TTree"):
+            continue
+        yield key, handle[key]
+
+
+def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compression: str = "zstd:4",
+          step_size: str = "100 MB") -> int:
+    """Merges the task's outputs into ``output``; returns the number of entries.
+
+    Raises:
+        IncompleteTask: a job is not done or its output does not validate.
+        GridError: the outputs have different branches, or the merged count does not add up.
+    """
+    outputs = check_complete(task, tree)
+    target = os.path.abspath(output)
+    tmp = f"{target}.tmp-{os.getpid()}"
+    expected = sum(n for _, _, n in outputs)
+    reference = next(((i, p) for i, p, n in outputs if n > 0), (outputs[0][0], outputs[0][1]))
+    with uproot.open(reference[1]) as handle:
+        layout = Layout.of(handle[tree])
+    histograms: dict[str, Any] = {}
+    metadata: list[dict[str, Any]] = []
+    written = 0
+    try:
+        with uproot.recreate(tmp, compression=parse_compression(compression)) as sink:
+            out_tree = None
+            for index, path, entries in outputs:
+                with uproot.open(path) as handle:
+                    metadata.append(json.loads(str(handle[METADATA])))
+                    for key, obj in _objects(handle, tree):
+                        hist = obj.to_hist() if hasattr(obj, "to_hist") else None
+                        if hist is None:
+                            histograms.setdefault(key, obj)
+                        else:
+                            histograms[key] = hist if key not in histograms else histograms[key] + hist
+                    if entries == 0:
+                        continue
+                    source = handle[tree]
+                    missing = set(layout.branches()) - set(source.keys())
+                    if missing:
+                        raise GridError(f"job {index} output {path} lacks branches {sorted(missing)} that job "
+                                        f"{reference[0]} has: outputs of different configurations cannot be merged")
+                    for chunk in source.iterate(layout.branches(), step_size=step_size, library="ak", how=dict):
+                        arrays = layout.arrays(chunk)
+                        if out_tree is None:
+                            out_tree = sink.mktree(tree, {k: _type(v) for k, v in arrays.items()},
+                                                   field_name=lambda outer, inner: f"{outer}_{inner}",
+                                                   counter_name=lambda counted: f"n{counted}")
+                        out_tree.extend(arrays)
+                        written += len(next(iter(chunk.values())))
+            if out_tree is None:  # every job wrote zero events: keep an empty tree of the same branches
+                with uproot.open(reference[1]) as handle:
+                    empty = handle[tree].arrays(library="np")
+                sink.mktree(tree, {k: v.dtype for k, v in empty.items()})
+            for key, obj in histograms.items():
+                sink[key] = obj
+            sink[METADATA] = json.dumps(merged_metadata(task, metadata, written), default=str)
+        if written != expected:
+            raise GridError(f"merged {written} entries but the jobs wrote {expected}; {target} not written")
+        with uproot.open(tmp) as check:
+            if int(check[tree].num_entries) != expected:
+                raise GridError(f"{tmp} holds {check[tree].num_entries} entries, expected {expected}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return written
+
+
+def merged_metadata(task: Task, parts: list[dict[str, Any]], written: int) -> dict[str, Any]:
+    """The merged file's ``sonic_metadata``: the first job's, plus where the pieces came from."""
+    first = dict(parts[0]) if parts else {}
+    for key in ("first_entry", "max_events", "host", "created"):
+        first.pop(key, None)  # they describe one job, not the merged file
+    first.update(events_written=written, merged=time.time(), task=str(task.directory), jobs=len(parts),
+                 inputs=list(dict.fromkeys(f for p in parts for f in p.get("inputs", []))))
+    return first

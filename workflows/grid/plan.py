@@ -1,0 +1,265 @@
+"""``sonic plan``: how many CPU jobs one inference server can feed, and how many a network link can carry.
+
+The seeds' two arguments, as arithmetic on this project's own measurements:
+
+* **jobs per GPU** — a job that offloads its inference spends ``t_other`` seconds per event on
+  everything else, so it asks for ``1 / t_other`` events of inference per second; a server needs
+  ``t_server`` seconds of compute per event. One server keeps up with
+  ``N = t_other / t_server × target utilisation`` jobs (ProtoDUNE: ~110 s of non-ML work against
+  ~1.6 s of GPU time per event gives the quoted 68:1).
+* **job cap for a link** — each job then sends and receives ``B`` bytes per event at ``1 / t_other``
+  events per second; a link of ``L`` bytes/s stays below its target utilisation ``u`` with at most
+  ``J = u × L × t_other / B`` jobs running (the ~600-job cap of the ProtoDUNE test on 100 Gb/s).
+
+Where the numbers come from (each can also be given by hand, and the report says which was used):
+
+* ``t_other``: timing reports (``sonic run --timing-json``, or a task's job reports). For a SONIC
+  run it is the job's wall time per event, as achieved with the inference remote; for a direct run
+  it is the CPU time per event minus the time spent in inference calls (the ProtoDUNE way: 330 s per
+  event, of which 220 s inference, leaves 110 s) — one core's time per event once offloaded;
+* ``t_server``: the server-side compute time per event that Triton reports for a SONIC run
+  (its statistics are in the timing report), or the time in inference calls per event of a run
+  with *direct* inference on the server's device (``--server-timing``), or ``--server-ms-per-event``;
+* ``B``: the inference service's byte counters when its report has them (``bytes_sent`` +
+  ``bytes_received`` per model); else the measured rows (batch entries) per event times each
+  model's bytes per row from its repository entry (``--repository``, fixed shapes only); else
+  ``--bytes-per-event``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import GridError
+
+BYTE_KEYS = (("bytes_sent", "bytes_received"), ("input_bytes", "output_bytes"), ("bytes_in", "bytes_out"))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Per-event figures of one or more runs of the same workflow.
+
+    Args:
+        events: events measured (all runs together).
+        wall_s_per_event: a job's wall time per event (its streams and threads as configured).
+        cpu_s_per_event: CPU time per event of the whole process.
+        wait_s_per_event: time events waited on inference results (external modules).
+        inference_s_per_event: time in inference calls per event (the client's counters).
+        other_s_per_event: a job's time per event with inference offloaded (see the module docstring).
+        bytes_per_event: bytes sent + received per event by the inference client, when counted.
+        server_s_per_event: server compute per event (Triton's statistics of a SONIC run), when reported.
+        rows_per_event: batch entries sent per event, per model.
+        mode: inference mode of the runs (direct, sonic, mixed, or None without inference).
+        sources: the reports these came from.
+    """
+
+    events: int
+    wall_s_per_event: float
+    cpu_s_per_event: float
+    wait_s_per_event: float
+    inference_s_per_event: float
+    other_s_per_event: float
+    bytes_per_event: float | None = None
+    server_s_per_event: float | None = None
+    rows_per_event: dict[str, float] = field(default_factory=dict)
+    mode: str | None = None
+    sources: tuple[str, ...] = ()
+
+
+def _bytes(inference: Any) -> float | None:
+    if not isinstance(inference, dict):
+        return None
+    total, found = 0.0, False
+    for model in (inference.get("models") or {}).values():
+        for sent, received in BYTE_KEYS:
+            if sent in model or received in model:
+                total += float(model.get(sent, 0)) + float(model.get(received, 0))
+                found = True
+                break
+    return total if found else None
+
+
+def _server_seconds(inference: Any) -> float | None:
+    """Triton's compute time (input + infer + output) summed over the servers and models of one run."""
+    if not isinstance(inference, dict) or not isinstance(inference.get("servers"), dict):
+        return None
+    total = sum(float(stats.get(key, 0)) for models in inference["servers"].values() for stats in models.values()
+                for key in ("compute_input_ns", "compute_infer_ns", "compute_output_ns"))
+    return total / 1e9 if total else None
+
+
+def row_bytes(model: Any) -> int | None:
+    """Bytes of one batch entry in and out of a model (None when a dimension is variable).
+
+    Every output is counted: an upper bound when a producer asks for fewer.
+    """
+    total = 0
+    for spec in [*model.inputs, *model.outputs]:
+        if any(d < 0 for d in spec.dims):
+            return None
+        total += int(np.prod(spec.dims, dtype=np.int64)) * spec.dtype.itemsize
+    return total
+
+
+def bytes_from_repository(rows_per_event: dict[str, float], repositories: list[str]) -> tuple[float | None, list[str]]:
+    """Bytes per event from the measured rows per event and each model's tensor shapes."""
+    from ...framework.inference.repository import ModelRepository
+
+    repository = ModelRepository(repositories)
+    total, notes = 0.0, []
+    for name, rows in rows_per_event.items():
+        size = row_bytes(repository.get(name))
+        if size is None:
+            notes.append(f"model {name!r} has variable dimensions: give --bytes-per-event")
+            return None, notes
+        total += rows * size
+    return (total or None), notes
+
+
+def measure(paths: list[str | Path]) -> Measurement:
+    """Reads timing reports (JSON files, or task directories: their done jobs' ``timing.json``).
+
+    Raises:
+        GridError: naming a path that holds no usable report.
+    """
+    reports: list[tuple[str, dict[str, Any]]] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.glob("jobs/*/timing.json"))
+            done = [p for p in found if json.loads((p.parent / "state.json").read_text()).get("state") == "done"] \
+                if found else []
+            if not done:
+                raise GridError(f"{path} has no done job with a timing report (is it a task directory?)")
+            reports += [(str(p), json.loads(p.read_text())) for p in done]
+        else:
+            try:
+                reports.append((str(path), json.loads(path.read_text())))
+            except (OSError, json.JSONDecodeError) as err:
+                raise GridError(f"cannot read timing report {path}: {err}") from None
+    totals = dict.fromkeys(("events", "wall", "cpu", "wait", "inference", "other"), 0.0)
+    total_bytes: float | None = 0.0
+    server: float | None = 0.0
+    rows: dict[str, float] = {}
+    modes = set()
+    for name, rep in reports:
+        n = int(rep.get("events", 0))
+        if n <= 0 or "wall_s" not in rep:
+            raise GridError(f"{name} is not a timing report of a run that processed events")
+        inference = rep.get("inference") if isinstance(rep.get("inference"), dict) else {}
+        models = inference.get("models") or {}
+        wall, cpu = float(rep["wall_s"]), float(rep.get("cpu_s", 0.0))
+        wait = sum(float(m.get("wait_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", [])
+                   if m.get("kind") == "external")
+        in_calls = sum(float(c.get("seconds", 0.0)) for c in models.values())
+        other = wall if inference.get("mode") == "sonic" else (cpu - in_calls if cpu > in_calls else wall - wait)
+        for key, value in (("events", n), ("wall", wall), ("cpu", cpu), ("wait", wait), ("inference", in_calls),
+                           ("other", max(other, 0.0))):
+            totals[key] += value
+        counted = _bytes(inference)
+        total_bytes = None if counted is None or total_bytes is None else total_bytes + counted
+        seconds = _server_seconds(inference)
+        server = None if seconds is None or server is None else server + seconds
+        for model, counters in models.items():
+            rows[model] = rows.get(model, 0.0) + float(counters.get("rows", 0))
+        modes.add(inference.get("mode"))
+    modes.discard(None)
+    events = totals["events"]
+    return Measurement(events=int(events), wall_s_per_event=totals["wall"] / events,
+                       cpu_s_per_event=totals["cpu"] / events, wait_s_per_event=totals["wait"] / events,
+                       inference_s_per_event=totals["inference"] / events, other_s_per_event=totals["other"] / events,
+                       bytes_per_event=None if not total_bytes else total_bytes / events,
+                       server_s_per_event=None if not server else server / events,
+                       rows_per_event={model: n / events for model, n in rows.items()},
+                       mode=modes.pop() if len(modes) == 1 else ("mixed" if modes else None),
+                       sources=tuple(name for name, _ in reports))
+
+
+@dataclass
+class Plan:
+    """The result, with every input it used."""
+
+    other_s_per_event: float
+    server_s_per_event: float | None
+    bytes_per_event: float | None
+    link_gbps: float
+    link_utilisation: float
+    server_utilisation: float
+    jobs_per_server: float | None = None
+    jobs_per_server_at_target: float | None = None
+    bytes_per_s_per_job: float | None = None
+    link_job_cap: int | None = None
+    servers_for_link_cap: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_event: float | None,
+         link_gbps: float = 100.0, link_utilisation: float = 0.8, server_utilisation: float = 1.0) -> Plan:
+    """The two numbers from per-event times and bytes (see the module docstring for the formulas).
+
+    Example::
+
+        plan(110.0, 1.6, None).jobs_per_server   # 68.75: ProtoDUNE's 68:1
+    """
+    if other_s_per_event <= 0:
+        raise GridError("the time per event outside inference must be positive")
+    result = Plan(other_s_per_event, server_s_per_event, bytes_per_event, link_gbps, link_utilisation,
+                  server_utilisation)
+    if server_s_per_event:
+        result.jobs_per_server = other_s_per_event / server_s_per_event
+        result.jobs_per_server_at_target = result.jobs_per_server * server_utilisation
+    else:
+        result.notes.append("no server time per event: give --server-timing or --server-ms-per-event")
+    if bytes_per_event:
+        result.bytes_per_s_per_job = bytes_per_event / other_s_per_event
+        link_bytes = link_gbps * 1e9 / 8
+        result.link_job_cap = math.floor(link_utilisation * link_bytes / result.bytes_per_s_per_job)
+        if result.jobs_per_server_at_target:
+            result.servers_for_link_cap = math.ceil(result.link_job_cap / result.jobs_per_server_at_target)
+    else:
+        result.notes.append("no bytes per event: give --bytes-per-event (or run with an inference client "
+                            "that counts bytes)")
+    return result
+
+
+def report(result: Plan, job: Measurement | None = None, server: Measurement | None = None,
+           sources: dict[str, str] | None = None) -> str:
+    """The plan as text: the inputs and where each came from, then the arithmetic."""
+    sources = sources or {}
+
+    def source(key: str) -> str:
+        return f"   [{sources[key]}]" if key in sources else ""
+
+    lines = ["inputs:"]
+    if job:
+        lines.append(f"  job runs: {job.events} events from {len(job.sources)} report(s), inference {job.mode}: "
+                     f"wall {1000 * job.wall_s_per_event:.3f} ms/event, CPU {1000 * job.cpu_s_per_event:.3f} "
+                     f"ms/event, in inference calls {1000 * job.inference_s_per_event:.3f} ms/event")
+    if server:
+        lines.append(f"  server runs: {server.events} events, inference {server.mode}: in inference calls "
+                     f"{1000 * server.inference_s_per_event:.3f} ms/event")
+    lines.append(f"  t_other  = {1000 * result.other_s_per_event:.3f} ms/event{source('t_other')}")
+    if result.server_s_per_event:
+        lines.append(f"  t_server = {1000 * result.server_s_per_event:.3f} ms/event{source('t_server')}")
+    if result.bytes_per_event:
+        lines.append(f"  B        = {result.bytes_per_event / 1e6:.4f} MB/event{source('B')}")
+    lines.append(f"  link     = {result.link_gbps:g} Gb/s, at most {100 * result.link_utilisation:.0f}% used")
+    lines.append("results:")
+    if result.jobs_per_server:
+        lines.append(f"  jobs per server = t_other / t_server = {result.jobs_per_server:.1f} : 1"
+                     + (f"  ({result.jobs_per_server_at_target:.1f} at {100 * result.server_utilisation:.0f}% "
+                        f"server utilisation)" if result.server_utilisation != 1.0 else ""))
+    if result.link_job_cap is not None:
+        lines.append(f"  per job: B / t_other = {result.bytes_per_s_per_job / 1e6:.3f} MB/s")
+        lines.append(f"  job cap for the link = u x L / (B / t_other) = {result.link_job_cap} jobs"
+                     + (f" (needing {result.servers_for_link_cap} servers)" if result.servers_for_link_cap else ""))
+    lines += [f"  note: {n}" for n in result.notes]
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""The two records of a job, each written by one party, so no two processes write the same file.
+
+* ``submit.json`` — written by ``submit``/``resubmit`` only: the attempt number, the executor, the
+  batch system's id, and the history of earlier attempts. It is written *before* the job is handed
+  to the batch system, so a job that starts at once already finds its attempt number.
+* ``state.json`` — written by the job itself (and by a local driver when the job was killed): what
+  the current attempt reports — ``running``, then ``done`` after its output validated, or ``failed``
+  with a reason.
+
+Both are replaced atomically (temporary file + rename), so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Reported = Literal["running", "done", "failed"]
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Writes JSON atomically: a reader sees the old or the new content, never a part."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str | os.PathLike) -> Any | None:
+    """The JSON content of ``path``, or None when the file does not exist."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+
+
+@dataclass
+class Submission:
+    """``submit.json``: the current attempt of a job and where it went.
+
+    Args:
+        attempt: 1 for the first submission, +1 for each resubmission.
+        executor: executor name (``local``, ``slurm``, ``condor``, ``dask``).
+        options: the executor options it was submitted with.
+        batch_id: the batch system's id (``1234_7`` for a Slurm array task); None until it answered.
+        submitted: UNIX time of the submission.
+        history: ``state.json`` contents of earlier attempts (for ``status`` and post-mortems).
+    """
+
+    attempt: int
+    executor: str
+    options: dict[str, Any] = field(default_factory=dict)
+    batch_id: str | None = None
+    submitted: float = field(default_factory=time.time)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Submission | None:
+        data = read_json(path)
+        return None if data is None else cls(**data)
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_json(path, asdict(self))
+
+
+@dataclass
+class JobReport:
+    """``state.json``: what the job's current attempt reported about itself.
+
+    Args:
+        attempt: the attempt this report belongs to (a report of an older attempt is ignored).
+        state: ``running``, ``done`` (output validated) or ``failed``.
+        reason: why it failed (the error message, the signal, the unreadable input).
+        exit_code: the job's exit status (negative: killed by that signal).
+        bad_inputs: input files that could not be read, each with its error.
+        events, written: events processed and written (done jobs).
+        timing: summary of the job's timing report (events/s, CPU, wait on inference).
+    """
+
+    attempt: int
+    state: Reported
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    batch_id: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    bad_inputs: list[str] = field(default_factory=list)
+    events: int | None = None
+    written: int | None = None
+    output_bytes: int | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> JobReport | None:
+        data = read_json(path)
+        return None if data is None else cls(**data)
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_json(path, asdict(self))
