@@ -1,0 +1,54 @@
+"""``sonic status DIR``: each job's state (pending, running, done, failed with the reason and the log's
+last lines) and a summary of the jobs' timing (events/s, CPU per event, wait on inference).
+
+Exit status: 0 when no job has failed, 1 when some have (or the task cannot be read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..grid import status as grid_status
+from ..grid.task import Task
+
+
+def follow(task: Task, timeout: float | None, interval: float = 1.0) -> int:
+    """Waits until no job is pending or running, printing each change of the counts; then the table."""
+
+    def progress(counts: dict[str, int]) -> None:
+        print("  " + ", ".join(f"{n} {state}" for state, n in counts.items() if n), file=sys.stderr, flush=True)
+
+    statuses = grid_status.wait(task, interval=interval, timeout=timeout, progress=progress)
+    print(grid_status.table(task, statuses, show_all=False))
+    return 1 if any(s.state == "failed" for s in statuses) else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("status", help="state of a task's jobs, with failure reasons and timing",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("directory", metavar="DIR", help="the task directory (--output-dir of sonic submit)")
+    parser.add_argument("--json", action="store_true", help="print the states and the timing summary as JSON")
+    parser.add_argument("--failed", action="store_true", help="list only jobs that are not done")
+    parser.add_argument("--log-lines", type=int, default=8, metavar="N", help="log lines shown per failed job")
+    parser.add_argument("--wait", action="store_true", help="wait until no job is pending or running")
+    parser.add_argument("--timeout", type=float, metavar="S", help="with --wait: give up after S seconds")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="with --wait: poll every S seconds")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    task = Task(args.directory)
+    if args.wait:
+        grid_status.wait(task, interval=args.interval, timeout=args.timeout)
+    statuses, warnings = grid_status.collect(task, log_lines=args.log_lines)
+    for warning in warnings:
+        print(f"sonic: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"task": str(task.directory), "counts": grid_status.counts(statuses),
+                          "jobs": [s.as_dict() for s in statuses],
+                          "timing": grid_status.timing_summary(statuses)}, indent=1, default=str))
+    else:
+        print(grid_status.table(task, statuses, show_all=not args.failed))
+    return 1 if any(s.state == "failed" for s in statuses) else 0
