@@ -3,6 +3,17 @@
 Producers derive from :class:`InferenceProducer` and call ``self.infer(inputs)``; the ``inference``
 service (``services.inference`` in the configuration, ``--inference`` on the command line) decides
 where the model runs. See ``service.py`` for the settings.
+
+One idea per file:
+
+* ``client.py`` — the interface, input checks, request splitting/reassembly (shared by both modes);
+* ``direct.py`` — onnxruntime in this process; ``sonic.py`` — the SONIC client (retries, failover);
+* ``servers.py`` — many servers: discovery, choice, health, fallback; ``connection.py`` — one server;
+  ``shm.py`` — system shared memory; ``triton_errors.py`` — gRPC errors → sonic-hep errors;
+* ``server.py`` — a managed ``tritonserver`` process; ``triton_install.py`` — the pip server's files
+  and backend directory; ``runtime_repository.py`` — what a server loads (checksums verified);
+  ``backends/onnxruntime/`` — the python-based backend serving ``onnxruntime_onnx`` models;
+* ``repository.py`` — Triton model repositories; ``onnx_specs.py`` — specs read from ONNX files.
 """
 
 from .client import InferenceClient, check_inputs

@@ -11,7 +11,8 @@
 
 Each server gets a work folder holding its runtime repository (checksums verified, agents removed:
 see ``runtime_repository.py``), its backend directory (``triton_install.py``) and its log. Several
-servers run side by side (each chooses its own free ports). ``device="cpu"`` hides GPUs from the
+servers run side by side (each chooses its own free ports). gRPC may use TLS (readiness is checked
+over HTTP, which stays plain: bind it to loopback). ``device="cpu"`` hides GPUs from the
 server (the CPU fallback server); ``"gpu"`` serves models on their configured instance kinds. The
 python that runs python models (and our onnxruntime backend) is selectable: the GPU machine runs its
 own python3.12 with torch, not this environment's.
@@ -70,6 +71,8 @@ class TritonServer:
         backends (dict | None): extra python-based backends, ``{name: folder with model.py}``.
         ort_threads (int): onnxruntime intra-op threads per model instance (unless its config says).
         model_control (str): "none" (load everything at start) or "explicit" (load/unload through the API).
+        tls_cert, tls_key (str | None): PEM server certificate and key: gRPC over TLS.
+        tls_root_cert (str | None): PEM root certificate of client certificates: mutual TLS.
         log_verbose (int): Triton's ``--log-verbose`` level.
         startup_timeout (float): seconds to wait for readiness.
     """
@@ -79,11 +82,18 @@ class TritonServer:
                  metrics_port: int | None = None, device: str = "cpu", python: str | None = None,
                  workdir: str | os.PathLike | None = None, env: dict[str, str] | None = None,
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, model_control: str = "none",
-                 log_verbose: int = 0, startup_timeout: float = 180.0):
+                 log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_root_cert: str | None = None):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
         if model_control not in ("none", "explicit"):
             raise InferenceError(f"model_control must be 'none' or 'explicit', not {model_control!r}")
+        if bool(tls_cert) != bool(tls_key) or (tls_root_cert and not tls_cert):
+            raise InferenceError("TLS needs both tls_cert and tls_key (and tls_root_cert only with them, for mutual TLS)")
+        for path in (tls_cert, tls_key, tls_root_cert):
+            if path and not os.path.isfile(path):
+                raise InferenceError(f"TLS file {path} does not exist")
+        self.tls = {"cert": tls_cert, "key": tls_key, "root": tls_root_cert}
         self.repository = repository if isinstance(repository, ModelRepository) else ModelRepository(list(repository))
         self.models = models
         self.host = host
@@ -172,6 +182,13 @@ class TritonServer:
             cmd.append(f"--backend-config={backend},shm-region-prefix-name={self.shm_prefix}")
         if self.device == "cpu":
             cmd += ["--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0"]
+        if self.tls["cert"]:
+            cmd += [f"--grpc-server-cert={os.path.abspath(self.tls['cert'])}",
+                    f"--grpc-server-key={os.path.abspath(self.tls['key'])}"]
+            if self.tls["root"]:
+                cmd += ["--grpc-use-ssl-mutual=true", f"--grpc-root-cert={os.path.abspath(self.tls['root'])}"]
+            else:
+                cmd.append("--grpc-use-ssl=true")
         return cmd
 
     @property
@@ -302,7 +319,7 @@ class TritonServer:
 
     def describe(self) -> dict[str, Any]:
         """What ``sonic server status`` shows and stores."""
-        return {"pid": self.pid, "host": self.host, "grpc": self.grpc_url, "http": self.http_url,
+        return {"pid": self.pid, "host": self.host, "grpc": self.grpc_url, "tls": bool(self.tls["cert"]), "http": self.http_url,
                 "metrics": self.metrics_url, "models": self.served, "device": self.device,
                 "python": self.python.executable, "log": str(self.log_path)}
 

@@ -74,6 +74,12 @@ class InferenceConfig:
             except TypeError as err:
                 raise ConfigError(str(err), key=f"services.inference.{key}") from None
         config = cls(**values)
+        known_server_options = {"ort_threads", "python", "device", "startup_timeout", "log_verbose", "workdir", "env",
+                                "models", "host", "backends"}
+        for key in config.fallback_server:
+            if key not in known_server_options:
+                raise ConfigError(f"unknown fallback server option{did_you_mean(key, known_server_options)}; "
+                                  f"known: {sorted(known_server_options)}", key=f"services.inference.fallback_server.{key}")
         for key, allowed in (("mode", ("direct", "sonic")), ("device", ("cpu", "gpu", "auto")),
                              ("compression", ("none", "gzip", "deflate")), ("shared_memory", ("auto", "on", "off"))):
             if getattr(config, key) not in allowed:

@@ -46,12 +46,14 @@ def cms_server(cms_repository, tmp_path_factory):
         yield server
 
 
-def sonic_client(servers: list[str], repository: ModelRepository | None = None, fallback: bool = False,
+def sonic_client(servers: list, repository: ModelRepository | None = None, fallback: bool = False,
                  allowed_tries: int = 3, **connection) -> SonicClient:
     """A SonicClient on explicit servers (no fallback unless asked)."""
     shared_memory = connection.pop("shared_memory", "auto")
+    probe_timeout = connection.pop("probe_timeout", 5.0)
     pool = ServerPool([ServerSpec.parse(s) for s in servers], repository=repository, fallback=fallback,
-                      connection_options=connection, shared_memory=shared_memory, refresh_s=0.2)
+                      connection_options=connection, shared_memory=shared_memory, refresh_s=0.2,
+                      probe_timeout=probe_timeout)
     return SonicClient(pool, allowed_tries=allowed_tries)
 
 

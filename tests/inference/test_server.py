@@ -146,3 +146,67 @@ def test_sigterm_on_the_foreground_command_stops_tritonserver(tmp_path):
     while _process_exists(record["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _process_exists(record["pid"]), "tritonserver outlived `sonic server start`"
+
+
+def _certificates(folder) -> dict[str, str]:
+    """A throw-away CA and a server certificate for 127.0.0.1, made with openssl."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {k: str(folder / f"{k}.pem") for k in ("ca", "ca_key", "cert", "key", "csr")}
+    (folder / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for cmd in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", names["ca_key"], "-out", names["ca"],
+                 "-days", "1", "-subj", "/CN=sonic-test-ca"],
+                ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", names["key"], "-out", names["csr"],
+                 "-subj", "/CN=localhost"],
+                ["x509", "-req", "-in", names["csr"], "-CA", names["ca"], "-CAkey", names["ca_key"], "-CAcreateserial",
+                 "-out", names["cert"], "-days", "1", "-extfile", str(folder / "san.cnf")]):
+        subprocess.run(["openssl", *cmd], check=True, capture_output=True, cwd=folder)
+    return names
+
+
+def test_grpc_over_tls(tmp_path, demo_repository, rng):
+    from .conftest import sonic_client
+
+    pem = _certificates(tmp_path / "pki")
+    with TritonServer([DEMO_REPOSITORY], models=["demo_sum"], workdir=tmp_path / "work", tls_cert=pem["cert"],
+                      tls_key=pem["key"]) as server:
+        secure = sonic_client([{"address": "127.0.0.1", "port": server.ports["grpc"], "ssl": True,
+                                "root_certificates": pem["ca"]}])
+        try:
+            x = rng.standard_normal((3, 4)).astype(np.float32)
+            np.testing.assert_allclose(secure.infer("demo_sum", {"x": x}).result(30)["y"], x.sum(axis=0), rtol=1e-5)
+        finally:
+            secure.close()
+        plain = sonic_client([server.grpc_url], probe_timeout=3)
+        try:
+            with pytest.raises(InferenceError, match=rf"{server.grpc_url}: down"):
+                plain.model_info("demo_sum")
+        finally:
+            plain.close()
+
+
+def test_an_ensemble_of_served_models(tmp_path, demo_repository, rng):
+    import shutil
+
+    from .conftest import sonic_client
+
+    repo = tmp_path / "repo"
+    shutil.copytree(DEMO_REPOSITORY / "demo_mlp", repo / "demo_mlp")
+    (repo / "tagger" / "1").mkdir(parents=True)
+    (repo / "tagger" / "config.pbtxt").write_text(
+        'name: "tagger"\nplatform: "ensemble"\nmax_batch_size: 128\n'
+        'input [{name: "features", data_type: TYPE_FP32, dims: [16]}]\n'
+        'output [{name: "class_probs", data_type: TYPE_FP32, dims: [4]}]\n'
+        'ensemble_scheduling { step [{ model_name: "demo_mlp", model_version: -1,\n'
+        '  input_map { key: "x", value: "features" }, output_map { key: "probs", value: "class_probs" } }] }\n')
+    with TritonServer([repo], workdir=tmp_path / "work") as server:
+        client = sonic_client([server.grpc_url])
+        try:
+            x = rng.standard_normal((5, 16)).astype(np.float32)
+            out = client.infer("tagger", {"features": x}).result(30)
+        finally:
+            client.close()
+    np.testing.assert_allclose(out["class_probs"], _infer_direct("demo_mlp", DEMO_REPOSITORY, x), rtol=0, atol=1e-6)

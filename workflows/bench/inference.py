@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -144,12 +145,12 @@ def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int) -> 
     """ms/event of the toy-jet workflow (+ busy work), direct vs SONIC, small and large model."""
     rows = []
     for model, (_, n_in, _) in MODELS.items():
-        for mode in ("direct", "sonic"):
-            times = []
-            for _ in range(repeat):
+        times: dict[str, list[float]] = {"direct": [], "sonic": []}
+        for _ in range(repeat):
+            for mode in times:  # interleaved, so a change in the machine's load hits both modes alike
                 overrides = [f"source.events={events}", "options.progress=false", "output.file=null",
-                             f"toyJets.features={n_in}", f"tagger.model={model}",
-                             f"services.inference.mode={mode}", f"services.inference.repository=['{server.repository.paths[0]}']"]
+                             f"toyJets.features={n_in}", f"tagger.model={model}", f"services.inference.mode={mode}",
+                             f"services.inference.repository=['{server.repository.paths[0]}']"]
                 if mode == "sonic":
                     overrides += [f"services.inference.servers=['{server.grpc_url}']", "services.inference.fallback=false"]
                 cfg = cfgmod.load("demo_inference", overrides)
@@ -157,17 +158,20 @@ def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int) -> 
                 cfg.path = [*cfg.path, "busy"]
                 cfg.output.products = [*cfg.output.products, "busy:value"]  # kept (not pruned) though not written
                 result = Process(cfg).run(progress=False)
-                times.append(1000 * result.timing.elapsed / result.events)
+                times[mode].append(1000 * result.timing.elapsed / result.events)
+        for mode, runs in times.items():
             rows.append({"model": model, "mode": mode, "busy_ms": busy_ms, "events": events,
-                         "ms_per_event": float(np.median(times)), "runs_ms_per_event": times})
+                         "ms_per_event": float(np.median(runs)), "runs_ms_per_event": runs})
             log.info("workflow %s %s: %.3f ms/event", model, mode, rows[-1]["ms_per_event"])
-        direct, remote = rows[-2]["ms_per_event"], rows[-1]["ms_per_event"]
-        rows[-1]["ratio_to_direct"] = remote / direct
+        rows[-1]["ratio_to_direct"] = rows[-1]["ms_per_event"] / rows[-2]["ms_per_event"]
     return rows
 
 
 def markdown(report: dict[str, Any]) -> str:
+    load = report.get("load_average", {})
     lines = ["# Inference benchmark: direct vs SONIC", "", f"Machine: {report['machine']}  ",
+             f"Load average (1 min) at start/end: {load.get('start', float('nan')):.1f} / {load.get('end', float('nan')):.1f} "
+             "(other jobs shared the machine)  ",
              f"Command: `{report['command']}`  ", f"Date: {report['date']}", "",
              "## Latency and throughput (closed loop, one request per client at a time)", "",
              "| model | rows/request | mode | clients | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
@@ -232,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
                                   f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
                                   for k, v in vars(args).items() if k in ("clients", "duration", "depth", "events",
                                                                           "busy_ms", "repeat"))}
+    report["load_average"] = {"start": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
         repository = write_models(Path(tmp) / "models")
         write_mlp(Path(tmp) / "models", "demo_mlp")  # the workflow's tagger model, as in data/models/demo
@@ -239,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
             report["latency"] = latency_throughput(server, repository, args.clients, args.duration)
             report["batching"] = batching(server, repository, args.depth, args.duration, args.load_processes)
             report["workflow"] = workflow(server, args.events, args.busy_ms, args.repeat)
+    report["load_average"]["end"] = os.getloadavg()[0]
     (out / "inference.json").write_text(json.dumps(report, indent=2))
     (out / "inference.md").write_text(markdown(report))
     plot(report, out / "inference.png")

@@ -71,7 +71,8 @@ def start(args: argparse.Namespace) -> int:
     server = TritonServer(_repositories(args), models=args.model or None, host=args.host, grpc_port=args.grpc_port,
                           http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
-                          model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose)
+                          model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert)
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -84,7 +85,8 @@ def start(args: argparse.Namespace) -> int:
         record = _record_path(server.grpc_url)
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps({**server.describe(), "supervisor_pid": os.getpid(), "started": time.time()}))
-        print(f"Triton server ready: grpc {server.grpc_url}  http {server.http_url}  metrics {server.metrics_url}")
+        tls = " (TLS)" if server.tls["cert"] else ""
+        print(f"Triton server ready: grpc {server.grpc_url}{tls}  http {server.http_url}  metrics {server.metrics_url}")
         print(f"models: {', '.join(server.served)}")
         print(f"log: {server.log_path}   (Ctrl-C or `sonic server stop {server.grpc_url}` stops it)", flush=True)
         while not stop_requested and server.alive():
@@ -147,13 +149,15 @@ def _alive(pid: int) -> bool:
 def status(args: argparse.Namespace) -> int:
     import tritonclient.grpc as grpcclient
 
-    addresses = args.address or [r["grpc"] for r in running_records()]
+    records = {r["grpc"]: r for r in running_records()}
+    addresses = args.address or list(records)
     if not addresses:
         print(f"no servers started here (records in {state_dir()}); give HOST:PORT to ask any server")
         return 0
     failures = 0
     for address in addresses:
-        client = grpcclient.InferenceServerClient(address)
+        tls = bool(args.tls_root_cert) or records.get(address, {}).get("tls", False)
+        client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_root_cert)
         try:
             live = client.is_server_live(client_timeout=5)
             metadata = client.get_server_metadata(client_timeout=5)
@@ -211,6 +215,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
     p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
+    p.add_argument("--tls-cert", metavar="PEM", help="server certificate: gRPC over TLS (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="server private key")
+    p.add_argument("--tls-root-cert", metavar="PEM", help="root certificate of client certificates: mutual TLS")
     p.set_defaults(func=start)
 
     p = actions.add_parser("stop", help="stop servers started with `sonic server start`")
@@ -221,6 +228,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = actions.add_parser("status", help="models and readiness of servers")
     p.add_argument("address", nargs="*", metavar="HOST:PORT", help="gRPC address (default: servers started here)")
+    p.add_argument("--tls-root-cert", metavar="PEM", help="talk TLS, trusting this root certificate")
     p.set_defaults(func=status)
 
     p = actions.add_parser("add-model", help="write a Triton repository entry (onnxruntime_onnx) for an ONNX file")

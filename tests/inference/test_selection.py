@@ -1,0 +1,53 @@
+"""Server choice: lowest queue time first, round robin among equals, down or failed servers skipped.
+
+The choice is a pure function of what the pool knows about its servers, so it is tested on a pool
+whose server states are set by hand (the real-server paths are in test_sonic.py / test_failover.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+
+from sonic_hep.framework.inference.servers import ServerPool, ServerState
+from sonic_hep.framework.inference.triton_errors import NoServerError
+
+
+@dataclass
+class Address:
+    """Stands in for a ServerConnection: the choice only reads its address."""
+
+    address: str
+
+    def close(self) -> None:
+        pass
+
+
+def pool_with(*servers: tuple[str, bool, dict[str, float]]) -> ServerPool:
+    pool = ServerPool([], fallback=False, refresh_s=1e9)
+    pool.states = [ServerState(Address(name), healthy=healthy, models=dict.fromkeys(queues, "1"), queue_ms=dict(queues),
+                               reason="" if healthy else "connection refused")
+                   for name, healthy, queues in servers]
+    return pool
+
+
+def test_lowest_queue_time_first_and_round_robin_among_equals():
+    pool = pool_with(("a:1", True, {"m": 0.05}), ("b:1", True, {"m": 0.10}), ("c:1", True, {"m": 5.0}))
+    picks = Counter(pool.choose("m").address for _ in range(100))
+    assert picks == {"a:1": 50, "b:1": 50}  # within 0.2 ms of the best: equal, taking turns
+    assert pool.candidates("m")[-1].address == "c:1"  # a busy server is only a last resort
+    pool.close()
+
+
+def test_down_and_already_failed_servers_are_skipped():
+    pool = pool_with(("a:1", False, {"m": 0.0}), ("b:1", True, {"m": 0.0}), ("c:1", True, {"other": 0.0}))
+    assert {pool.choose("m").address for _ in range(10)} == {"b:1"}
+    with pytest.raises(NoServerError) as err:
+        pool.choose("m", exclude=frozenset({"b:1"}))
+    message = str(err.value)
+    assert "model 'm'" in message and "a:1: down (connection refused)" in message
+    assert "b:1: failed this request" in message and "c:1: does not have it" in message
+    assert "fallback: no local repository" in message
+    pool.close()
