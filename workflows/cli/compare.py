@@ -1,0 +1,22 @@
+"""``sonic compare A B``: are two outputs the same (e.g. a direct and a SONIC run)? Exit 0 if equal within --atol."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..compare import compare_files
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("compare", help="compare two ROOT outputs branch by branch", description=__doc__)
+    parser.add_argument("a", help="first ROOT file")
+    parser.add_argument("b", help="second ROOT file")
+    parser.add_argument("--tree", default="Events", help="tree to compare")
+    parser.add_argument("--atol", type=float, default=1e-5, help="largest absolute difference allowed")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    result = compare_files(args.a, args.b, args.tree)
+    print(result.summary(args.atol))
+    return 0 if result.equal(args.atol) else 1
