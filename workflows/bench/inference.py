@@ -211,7 +211,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         for mode in MODES:
             pts = [r for r in report["latency"] if r["model"] == model and r["mode"] == mode]
             ax.plot([p["clients"] for p in pts], [p["requests_per_s"] for p in pts], marker="o", label=mode)
-        ax.set(title=f"{model} model: throughput", xlabel="concurrent clients", ylabel="requests/s", xscale="log")
+        clients = sorted({r["clients"] for r in report["latency"]})
+        ax.set(title=f"{model} model: throughput", xlabel="concurrent clients", ylabel="requests/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(clients, [str(c) for c in clients])
+        ax.minorticks_off()
         ax.legend()
     bat = report["batching"]
     axes[2].bar([("batched" if r["dynamic_batching"] else "unbatched") for r in bat], [r["requests_per_s"] for r in bat])
@@ -228,7 +232,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.quick:
-        args.clients, args.duration, args.events, args.repeat = [1, 4], 0.4, 300, 1
+        args.clients, args.duration, args.events, args.repeat = [1, 2], 0.3, 200, 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M"),
