@@ -61,6 +61,11 @@ def _stack_numpy(values: Sequence[np.ndarray]) -> Any:
     return ak.unflatten(np.concatenate(values), counts)
 
 
+def _jagged(values: Sequence[np.ndarray]) -> Any:
+    counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    return ak.unflatten(np.concatenate(values), counts)
+
+
 def to_chunk_array(values: Sequence[Any]) -> Any:
     """Turns one product's per-event values into one array over the events (numpy or awkward).
 
@@ -73,7 +78,10 @@ def to_chunk_array(values: Sequence[Any]) -> Any:
     if isinstance(first, np.ndarray):
         return _stack_numpy(values)
     if isinstance(first, dict):
-        fields = {name: to_chunk_array([v[name] for v in values]) for name in first}
+        # a dict of per-event arrays is a collection (nX + X_field): jagged even when every event of
+        # the chunk happens to have the same length (a chunk of one event, say)
+        fields = {name: _jagged([v[name] for v in values]) if isinstance(first[name], np.ndarray) and first[name].ndim
+                  else to_chunk_array([v[name] for v in values]) for name in first}
         return ak.zip(fields, depth_limit=1 if all(f.ndim == 1 for f in fields.values()) else 2)
     if isinstance(first, ak.Array):
         counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
