@@ -16,7 +16,9 @@ reads only the drift volume it faces.
 Example::
 
     geo = Geometry.preset("full")
-    tpc, plane_wire, tick = geo.tpc_of(x, z), geo.wire(x_local...), ...
+    tpc = geo.tpc(x, z)                  # which APA face collects the charge
+    wire = geo.wire(2, y, z)             # collection-plane wire
+    tick = geo.tick(x, t_us)             # arrival tick
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ def em_shower(rng: np.random.Generator, vertex: np.ndarray, axis: np.ndarray, en
     axis = unit(axis)
     start = vertex + axis * rng.exponential(9.0 / 7.0 * X0) if photon else vertex
     if energy < 12.0:  # below a few critical energies: one Compton/photo-electron track
-        return charged_track(rng, start, isotropic(rng, 1)[0] * 0.3 + axis, energy, ELECTRON_MASS, t0,
+        return charged_track(rng, start, unit(isotropic(rng, 1)[0] * 0.3 + axis), energy, ELECTRON_MASS, t0,
                              category=SHOWER, michel=michel)[0]
     total_length = 0.9 * energy / MIP_DEDX
     n = max(2, int(total_length / 1.5))
