@@ -44,5 +44,5 @@ def test_jobqueue_workers_on_slurm(tmp_path, inputs, slurm, monkeypatch):
                                executor_options={"cluster": "slurm", "memory": "1GiB", "walltime": "00:10:00"},
                                timeout=180)
     assert [s.state for s in statuses] == ["done"] * 2
-    assert list((tmp_path / "task/logs").glob("dask-worker-*.err"))  # the worker ran as a Slurm job
-    assert all(s.report.batch_id.isdigit() for s in statuses)  # inside a worker's Slurm job, not an array task
+    assert {s.report.batch_id for s in statuses} == {s.submission.batch_id for s in statuses}  # the driver's
+    assert list((tmp_path / "task/logs").glob("dask-worker-*.err"))  # the dask worker ran as a Slurm job

@@ -39,7 +39,10 @@ def test_measurement_from_a_direct_run(tmp_path):
     assert got.events == 60 and got.mode == "direct" and got.server_s_per_event is None
     in_calls = report["inference"]["models"]["demo_mlp"]["seconds"]
     assert got.inference_s_per_event == pytest.approx(in_calls / 60)
-    assert got.other_s_per_event == pytest.approx((report["cpu_s"] - in_calls) / 60)
+    module_s = sum(m["wall_ms_per_event"] for m in report["modules"]) / 1000
+    wait_s = sum(m.get("wait_ms_per_event", 0.0) for m in report["modules"]) / 1000
+    assert got.wait_s_per_event == pytest.approx(wait_s) and wait_s > 0
+    assert got.other_s_per_event == pytest.approx(max(report["wall_s"] / 60 - wait_s, module_s))
     jets = int(uproot.open(output)["Events"]["nToyJet"].array(library="np").sum())
     assert got.rows_per_event == {"demo_mlp": pytest.approx(jets / 60)}
     assert bytes_from_repository(got.rows_per_event, [str(REPOSITORY)])[0] == pytest.approx(jets / 60 * 96)

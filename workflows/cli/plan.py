@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     if args.other_ms_per_event is not None:
         other, sources["t_other"] = args.other_ms_per_event / 1000, "given"
     elif job is not None:
-        basis = "wall time (inference remote)" if job.mode == "sonic" else "CPU time - time in inference calls"
+        basis = "wall time (inference remote)" if job.mode == "sonic" else "wall - wait on inference, or module time"
         other, sources["t_other"] = job.other_s_per_event, f"job reports: {basis}"
     else:
         raise GridError("give timing reports of the jobs, or --other-ms-per-event")
@@ -59,8 +59,8 @@ def main(args: argparse.Namespace) -> int:
         server_s, sources["t_server"] = args.server_ms_per_event / 1000, "given"
     elif server is not None:
         direct = server.mode != "sonic" or server.server_s_per_event is None
-        server_s = server.inference_s_per_event if direct else server.server_s_per_event
-        sources["t_server"] = "server reports: " + ("time in direct inference calls" if direct else "Triton compute")
+        server_s = server.wait_s_per_event if direct else server.server_s_per_event
+        sources["t_server"] = "server reports: " + ("wait on direct inference" if direct else "Triton compute")
     elif job is not None and job.server_s_per_event:
         server_s, sources["t_server"] = job.server_s_per_event, "job reports: Triton compute statistics"
     bytes_per_event = None

@@ -50,6 +50,8 @@ class Terminated(KeyboardInterrupt):
 def batch_id_from_environment() -> str | None:
     """The id the batch system gave this job, from its environment variables."""
     env = os.environ
+    if "SONIC_GRID_BATCH_ID" in env:  # set by the local and dask drivers
+        return env["SONIC_GRID_BATCH_ID"]
     if "SLURM_ARRAY_JOB_ID" in env:
         return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
     if "SLURM_JOB_ID" in env:
@@ -75,14 +77,14 @@ def _redirect_output(path: Path, header: str) -> None:
     os.close(fd)
 
 
-def check_inputs(spec: JobSpec, tree: str) -> tuple[list[int], list[str]]:
-    """Entries of each input file, and the errors of those that cannot be read."""
-    entries, bad = [], []
+def check_inputs(spec: JobSpec, tree: str) -> tuple[list[int], dict[str, str]]:
+    """Entries of each input file, and the error of each file that cannot be read."""
+    entries, bad = [], {}
     for path in spec.inputs:
         try:
             entries.append(int(_open_tree(path, tree).num_entries))
         except SourceError as err:
-            bad.append(str(err))
+            bad[path] = " ".join(str(err).split())
     return entries, bad
 
 
@@ -130,7 +132,8 @@ def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: 
         stale.unlink()  # a killed earlier attempt's partial output
     entries, bad = check_inputs(spec, tree)
     if bad:
-        return finish("failed", EXIT_BAD_INPUT, f"{len(bad)} unreadable input file(s): {bad[0]}", bad_inputs=bad)
+        return finish("failed", EXIT_BAD_INPUT, f"{len(bad)} unreadable input file(s): {', '.join(bad)}",
+                      bad_inputs=list(bad.values()))
     expected = expected_events(spec, entries)
 
     def on_sigterm(signum: int, frame: object) -> None:

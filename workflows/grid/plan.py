@@ -14,11 +14,12 @@ The seeds' two arguments, as arithmetic on this project's own measurements:
 Where the numbers come from (each can also be given by hand, and the report says which was used):
 
 * ``t_other``: timing reports (``sonic run --timing-json``, or a task's job reports). For a SONIC
-  run it is the job's wall time per event, as achieved with the inference remote; for a direct run
-  it is the CPU time per event minus the time spent in inference calls (the ProtoDUNE way: 330 s per
-  event, of which 220 s inference, leaves 110 s) — one core's time per event once offloaded;
+  run it is the job's wall time per event, as achieved with the inference remote. For a direct run
+  it is what remains once inference is taken out (the ProtoDUNE way: 330 s per event, of which 220 s
+  inference, leaves 110 s): the wall time minus the wait on inference, or the time the job's
+  threads spent in module code if that is larger (with several streams the waits overlap);
 * ``t_server``: the server-side compute time per event that Triton reports for a SONIC run
-  (its statistics are in the timing report), or the time in inference calls per event of a run
+  (its statistics are in the timing report), or the wait on inference per event of a one-stream run
   with *direct* inference on the server's device (``--server-timing``), or ``--server-ms-per-event``;
 * ``B``: the inference service's byte counters when its report has them (``bytes_sent`` +
   ``bytes_received`` per model); else the measured rows (batch entries) per event times each
@@ -50,7 +51,8 @@ class Measurement:
         wall_s_per_event: a job's wall time per event (its streams and threads as configured).
         cpu_s_per_event: CPU time per event of the whole process.
         wait_s_per_event: time events waited on inference results (external modules).
-        inference_s_per_event: time in inference calls per event (the client's counters).
+        inference_s_per_event: time in inference calls per event (the client's counters; calls in flight
+            together each count, so this exceeds the wait when requests overlap).
         other_s_per_event: a job's time per event with inference offloaded (see the module docstring).
         bytes_per_event: bytes sent + received per event by the inference client, when counted.
         server_s_per_event: server compute per event (Triton's statistics of a SONIC run), when reported.
@@ -157,7 +159,8 @@ def measure(paths: list[str | Path]) -> Measurement:
         wait = sum(float(m.get("wait_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", [])
                    if m.get("kind") == "external")
         in_calls = sum(float(c.get("seconds", 0.0)) for c in models.values())
-        other = wall if inference.get("mode") == "sonic" else (cpu - in_calls if cpu > in_calls else wall - wait)
+        module_s = sum(float(m.get("wall_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", []))
+        other = wall if inference.get("mode") == "sonic" else max(wall - wait, module_s)
         for key, value in (("events", n), ("wall", wall), ("cpu", cpu), ("wait", wait), ("inference", in_calls),
                            ("other", max(other, 0.0))):
             totals[key] += value
@@ -242,10 +245,10 @@ def report(result: Plan, job: Measurement | None = None, server: Measurement | N
     if job:
         lines.append(f"  job runs: {job.events} events from {len(job.sources)} report(s), inference {job.mode}: "
                      f"wall {1000 * job.wall_s_per_event:.3f} ms/event, CPU {1000 * job.cpu_s_per_event:.3f} "
-                     f"ms/event, in inference calls {1000 * job.inference_s_per_event:.3f} ms/event")
+                     f"ms/event, wait on inference {1000 * job.wait_s_per_event:.3f} ms/event")
     if server:
-        lines.append(f"  server runs: {server.events} events, inference {server.mode}: in inference calls "
-                     f"{1000 * server.inference_s_per_event:.3f} ms/event")
+        lines.append(f"  server runs: {server.events} events, inference {server.mode}: wait on inference "
+                     f"{1000 * server.wait_s_per_event:.3f} ms/event")
     lines.append(f"  t_other  = {1000 * result.other_s_per_event:.3f} ms/event{source('t_other')}")
     if result.server_s_per_event:
         lines.append(f"  t_server = {1000 * result.server_s_per_event:.3f} ms/event{source('t_server')}")

@@ -21,6 +21,9 @@ from .task import Task
 
 log = logging.getLogger(__name__)
 
+#: a submission without a batch id this old was interrupted (sbatch answers in well under a minute)
+LOST_SUBMISSION_S = 300.0
+
 
 @dataclass
 class JobStatus:
@@ -51,14 +54,17 @@ class JobStatus:
 
 def poll_batch(task: Task, submissions: dict[int, Submission]) -> tuple[dict[int, BatchStatus], list[str]]:
     """Asks each executor about its jobs; an executor that cannot answer gives UNKNOWN and a warning."""
+    out: dict[int, BatchStatus] = {}
     groups: dict[tuple[str, str], dict[int, str]] = {}
     options: dict[tuple[str, str], dict[str, Any]] = {}
     for index, sub in submissions.items():
-        if sub.batch_id:
-            key = (sub.executor, repr(sorted(sub.options.items())))
-            groups.setdefault(key, {})[index] = sub.batch_id
-            options[key] = sub.options
-    out: dict[int, BatchStatus] = {}
+        if not sub.batch_id:  # the submitting process died before the batch system answered
+            if time.time() - sub.submitted > LOST_SUBMISSION_S:
+                out[index] = BatchStatus("ended", "its submission never got a batch id")
+            continue
+        key = (sub.executor, repr(sorted(sub.options.items())))
+        groups.setdefault(key, {})[index] = sub.batch_id
+        options[key] = sub.options
     warnings = []
     for key, batch_ids in groups.items():
         try:
@@ -122,21 +128,20 @@ def table(task: Task, statuses: list[JobStatus], show_all: bool = True) -> str:
         timing = r.timing if r and s.state == "done" else {}
         batch_id = (s.submission.batch_id or "-") if s.submission else "-"
         events = f"{r.events}" if r and r.events is not None else "-"
-        rate = f"{timing['events_per_s']:.1f}" if timing else "-"
+        rate = f"{timing['events_per_s']:.3g}" if timing else "-"
         wait = f"{timing['wait_ms_per_event']:.2f}" if timing else "-"
         lines.append(f"{s.index:>5} {s.state:<8} {s.attempt:>3} {batch_id[:18]:<18} {(r.host if r else '-')[:12]:<12} "
-                     f"{events:>8} {rate:>8} {wait:>10}  {s.reason}")
+                     f"{events:>8} {rate:>8} {wait:>10}  {' '.join(s.reason.split())}")
         for bad in (r.bad_inputs if r and s.state == "failed" else []):
             lines.append(f"{'':>6}unreadable input: {bad}")
-        for line in s.log_tail:
-            lines.append(f"{'':>6}| {line}")
+        lines += [f"{'':>6}| {line}" for line in s.log_tail]
     summary = timing_summary(statuses)
     if summary["jobs"]:
         s = summary
         lines += ["", f"done jobs: {s['jobs']}, {s['events']} events, {s['cpu_ms_per_event']:.2f} ms CPU/event; "
-                      f"per job {s['job_events_per_s_mean']:.1f} events/s (min {s['job_events_per_s_min']:.1f}, "
-                      f"max {s['job_events_per_s_max']:.1f}), wait on inference {s['wait_ms_per_event_mean']:.2f} "
-                      f"ms/event; task {s['task_events_per_s']:.1f} events/s over {s['span_s']:.1f} s"]
+                      f"per job {s['job_events_per_s_mean']:.3g} events/s (min {s['job_events_per_s_min']:.3g}, "
+                      f"max {s['job_events_per_s_max']:.3g}), wait on inference {s['wait_ms_per_event_mean']:.2f} "
+                      f"ms/event; task {s['task_events_per_s']:.3g} events/s over {s['span_s']:.1f} s"]
     return "\n".join(lines)
 
 

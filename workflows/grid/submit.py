@@ -18,6 +18,7 @@ from ...framework import config as cfgmod
 from ...framework.process import Process
 from .errors import GridError
 from .executors import executor_class
+from .executors.base import parse_options
 from .inputs import count_entries, resolve_inputs
 from .lifecycle import can_move
 from .records import Submission, read_json
@@ -84,6 +85,7 @@ def split(request: SubmitRequest, config: cfgmod.ProcessConfig) -> tuple[list[st
 
 def prepare(request: SubmitRequest) -> Task:
     """The task directory for ``request``: created, or the existing one if it describes the same task."""
+    parse_options(executor_class(request.executor), request.executor_options)  # a typo fails before any file
     config_path = cfgmod.resolve_config_path(request.config)
     config = cfgmod.load(config_path, request.overrides)
     Process(cfgmod.load(config_path, request.overrides + _inference_overrides(request)), open_source=False)

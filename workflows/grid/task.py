@@ -184,7 +184,9 @@ class Task:
         candidates = [self.files(index).log]
         submission = self.submission(index)
         if submission and submission.batch_id:
-            candidates += sorted((self.directory / "logs").glob(f"*{submission.batch_id}*"))
+            logs = self.directory / "logs"  # slurm-<array>_<task>.out, condor-<cluster>.<proc>.out/.err
+            candidates += sorted(logs.glob(f"*-{submission.batch_id}.out")) + \
+                sorted(logs.glob(f"*-{submission.batch_id}.err"))
         for path in candidates:
             try:
                 with open(path, "rb") as stream:

@@ -32,13 +32,19 @@ from ..task import Task
 from .base import Executor
 
 
-def run_job_process(python: str, directory: str, index: int, workdir: str) -> int:
+def driver_id(executor: str, pid: int, host: str) -> str:
+    """The batch id of every job a driver runs: ``local:1234@host``."""
+    return f"{executor}:{pid}@{host}"
+
+
+def run_job_process(python: str, directory: str, index: int, workdir: str, batch_id: str) -> int:
     """Runs one job as its own process (own session, so a kill reaches it whole); returns its exit status."""
     log = Path(directory) / "jobs" / f"{index:04d}" / "job.log"
     with open(log, "ab") as out:
         process = subprocess.run([python, "-m", "sonic_hep.workflows.grid.job", directory, str(index)],
                                  cwd=workdir if os.path.isdir(workdir) else None, stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "SONIC_GRID_BATCH_ID": batch_id})
     return process.returncode
 
 
@@ -65,7 +71,7 @@ def record_lost(task: Task, index: int, code: int | None, cause: str) -> None:
     base.save(task.files(index).report)
 
 
-def drive(task: Task, indices: list[int], pool: PoolExecutor, max_running: int) -> None:
+def drive(task: Task, indices: list[int], pool: PoolExecutor, max_running: int, batch_id: str) -> None:
     """Runs jobs ``indices`` on ``pool``, at most ``max_running`` at once, recording lost jobs."""
     waiting = list(indices)
     running: dict[Future, int] = {}
@@ -73,7 +79,8 @@ def drive(task: Task, indices: list[int], pool: PoolExecutor, max_running: int) 
     while waiting or running:
         while waiting and len(running) < max_running:
             index = waiting.pop(0)
-            future = pool.submit(run_job_process, description.python, str(task.directory), index, description.workdir)
+            future = pool.submit(run_job_process, description.python, str(task.directory), index, description.workdir,
+                                 batch_id)
             running[future] = index
         finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
         for future in finished:
@@ -108,11 +115,11 @@ class DriverExecutor(Executor, abc.ABC):
             process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        cwd=task.description.workdir, start_new_session=True)
         created = psutil.Process(process.pid).create_time()
-        driver_id = f"{self.name}:{process.pid}@{socket.gethostname()}"
+        ident = driver_id(self.name, process.pid, socket.gethostname())
         write_json(task.directory / "logs" / f"driver-{process.pid}.json",
-                   {"id": driver_id, "pid": process.pid, "host": socket.gethostname(), "created": created,
+                   {"id": ident, "pid": process.pid, "host": socket.gethostname(), "created": created,
                     "jobs": indices, "log": str(log)})
-        return {index: driver_id for index in indices}
+        return {index: ident for index in indices}
 
     def poll(self, batch_ids: dict[int, str]) -> dict[int, BatchStatus]:
         alive = {driver_id: self._driver_alive(driver_id) for driver_id in set(batch_ids.values())}
@@ -168,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"driver {os.getpid()} on {socket.gethostname()}: {len(indices)} jobs, at most {args.max_running} "
           f"at once ({args.executor})", flush=True)
     with _ignore_hangup(), executor.pool(args.max_running) as pool:
-        drive(task, indices, pool, args.max_running)
+        drive(task, indices, pool, args.max_running, driver_id(args.executor, os.getpid(), socket.gethostname()))
     print(f"driver {os.getpid()}: all jobs ended", flush=True)
     return 0
 
