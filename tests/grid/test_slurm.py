@@ -39,7 +39,7 @@ def test_job_array_respects_the_cap_and_merges_to_the_single_run(tmp_path, input
 
 def test_cancelled_and_killed_jobs_are_detected_and_resubmitted(tmp_path, inputs, slurm, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    config = analysis_config(tmp_path / "slow.yaml", busy_ms=20.0)
+    config = analysis_config(tmp_path / "slow.yaml", busy_ms=25.0)
     task = submit(SubmitRequest(config=str(config), output_dir=str(tmp_path / "task"),
                                 inputs=[str(p) for p in inputs], executor="slurm")).task
 
