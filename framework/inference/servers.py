@@ -2,6 +2,9 @@
 
 * **Discovery.** Each configured server's repository index says which models it has ready. A server
   that does not answer at start is skipped with a warning (and probed again later).
+* **Version check.** The first time a server is chosen for a model, the MD5 sums of the model's
+  config on the server are compared with the local repository's (as CMS does); a server with another
+  version is never used for that model.
 * **Choice.** For each request: the healthy servers with the model, lowest recent queue time first
   (from Triton's statistics API, refreshed in the background every ``refresh_s``); servers whose
   queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
@@ -47,6 +50,8 @@ class ServerState:
     last_stats: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     baseline: dict[tuple[str, str], dict[str, float]] | None = None  # statistics when the job began using it
     fallback: bool = False
+    refused: dict[str, str] = field(default_factory=dict)  # model → why this server may not serve it
+    verified: set[str] = field(default_factory=set)  # models whose version was checked on this server
 
 
 class ServerPool:
@@ -79,6 +84,7 @@ class ServerPool:
         self._fallback_error: BaseException | None = None
         self._lock = threading.RLock()
         self._infos: dict[str, ModelInfo] = {}
+        self._server_infos: dict[tuple[str, str], ModelInfo] = {}
         self._turn = itertools.count()
         self._refreshing = False
         self._last_refresh = time.monotonic()
@@ -116,6 +122,7 @@ class ServerPool:
             return
         with self._lock:
             was_down = not state.healthy and state.checked > 0
+            models = {m: v for m, v in models.items() if m not in state.refused}
             state.healthy, state.models, state.reason, state.checked = True, models, "", time.monotonic()
         self._begin_statistics(state)
         if was_down:
@@ -169,9 +176,9 @@ class ServerPool:
         Raises:
             NoServerError: naming the model and every server with the reason it cannot serve it.
         """
-        found = self.candidates(model, exclude)
-        if found:
-            return found[0]
+        for connection in self.candidates(model, exclude):
+            if self._verified(connection, model):
+                return connection
         if self.fallback_allowed and self._fallback_has(model, exclude):
             state = self.start_fallback()
             if state.healthy and model in state.models and state.connection.address not in exclude:
@@ -193,6 +200,8 @@ class ServerPool:
                     why = "failed this request"
                 elif not s.healthy:
                     why = f"down ({s.reason})"
+                elif model in s.refused:
+                    why = s.refused[model]
                 elif model not in s.models:
                     why = f"does not have it{did_you_mean(model, s.models)}"
                 else:
@@ -215,31 +224,51 @@ class ServerPool:
 
     # -- model configs ---------------------------------------------------------------------------------
     def model_info(self, model: str) -> ModelInfo:
-        """The model's config from a server that has it; the checksums must match the local repository's."""
+        """The model's config from a server that has it (one whose version matches the local repository)."""
         with self._lock:
             if model in self._infos:
                 return self._infos[model]
         connection = self.choose(model)
-        info = connection.model_info(model)
-        self._check_version(info, connection)
+        info = self._server_infos.get((connection.address, model)) or connection.model_info(model)
         with self._lock:
             self._infos[model] = info
         return info
 
-    def _check_version(self, info: ModelInfo, connection: ServerConnection) -> None:
-        """CMS's model-version check: the MD5 sums in the local config.pbtxt vs. the server's."""
+    def _verified(self, connection: ServerConnection, model: str) -> bool:
+        """CMS's model-version check, once per server and model: the MD5 sums in the local
+        config.pbtxt vs. the server's. A server with another version is never used for the model."""
+        state = next(s for s in self.states if s.connection is connection)
+        if model in state.verified:
+            return True
+        try:
+            info = connection.model_info(model)
+        except RequestError:
+            return True  # cannot ask now; the request itself will fail over if the server is gone
+        problem = self._version_problem(info, connection)
+        with self._lock:
+            self._server_infos[(connection.address, model)] = info
+            state.verified.add(model)
+            if problem:
+                state.refused[model] = problem
+                state.models.pop(model, None)
+        if problem:
+            log.error("%s", problem)
+        return not problem
+
+    def _version_problem(self, info: ModelInfo, connection: ServerConnection) -> str:
         if self.repository is None or info.name not in self.repository.names():
-            return
+            return ""
         local = self.repository.get(info.name).checksums()
         remote = config_checksums(info.config, info.name)
         if not local or not remote:
             log.debug("model %s: no checksums to compare (local %s, server %s)", info.name, local, remote)
-            return
+            return ""
         differ = {rel: (md5, remote.get(rel)) for rel, md5 in local.items() if remote.get(rel) != md5}
-        if differ:
-            details = ", ".join(f"{rel}: local {a} vs server {b}" for rel, (a, b) in differ.items())
-            raise InferenceError(f"model {info.name!r} on server {connection.address} is not the one in the local "
-                                 f"repository {self.repository.get(info.name).path} ({details})")
+        if not differ:
+            return ""
+        details = ", ".join(f"{rel}: local {a} vs server {b}" for rel, (a, b) in differ.items())
+        return (f"model {info.name!r} on server {connection.address} is not the one in the local repository "
+                f"{self.repository.get(info.name).path} ({details})")
 
     # -- statistics and background refresh -------------------------------------------------------------
     def _begin_statistics(self, state: ServerState) -> None:

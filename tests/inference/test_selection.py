@@ -28,7 +28,7 @@ class Address:
 def pool_with(*servers: tuple[str, bool, dict[str, float]]) -> ServerPool:
     pool = ServerPool([], fallback=False, refresh_s=1e9)
     pool.states = [ServerState(Address(name), healthy=healthy, models=dict.fromkeys(queues, "1"), queue_ms=dict(queues),
-                               reason="" if healthy else "connection refused")
+                               reason="" if healthy else "connection refused", verified=set(queues))
                    for name, healthy, queues in servers]
     return pool
 

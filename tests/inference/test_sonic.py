@@ -140,6 +140,18 @@ def test_a_server_with_another_model_version_is_refused(other_server, demo_repos
         client.close()
 
 
+def test_only_servers_with_the_local_version_are_used(other_server, demo_server, demo_repository, direct, rng):
+    client = sonic_client([other_server.grpc_url, demo_server.grpc_url], demo_repository)
+    try:
+        x = rng.standard_normal((4, 16)).astype(np.float32)
+        for _ in range(6):
+            assert_same(client.infer("demo_mlp", {"x": x}).result(30), direct.run("demo_mlp", {"x": x}))
+        assert client.counters.as_dict()["demo_mlp"]["servers"] == {demo_server.grpc_url: 6}
+        assert client.infer("slow", {"delay_ms": np.ones((1, 1), np.float32)}).result(30)["echo"].tolist() == [[1.0]]
+    finally:
+        client.close()
+
+
 def test_server_statistics_reach_the_timing_report(sonic, rng):
     for _ in range(3):
         sonic.infer("demo_mlp", {"x": rng.standard_normal((4, 16)).astype(np.float32)}).result(30)
