@@ -136,3 +136,16 @@ def test_real_pool_runs_and_merges(tmp_path, inputs, personal_condor):
     assert [s.state for s in statuses] == ["done"] * 3
     merge(outcome.task, tmp_path / "merged.root")
     assert_same_events(tmp_path / "merged.root", single_run(config, inputs, tmp_path / "single.root"))
+
+
+def test_refused_resubmission_keeps_the_failed_attempt_as_it_was(task):
+    from sonic_hep.workflows.grid.records import JobReport, Submission
+    from sonic_hep.workflows.grid.submit import resubmit
+
+    Submission(attempt=1, executor="local", batch_id="local:1@elsewhere").save(task.files(0).submission)
+    JobReport(attempt=1, state="failed", reason="killed by SIGKILL before reporting").save(task.files(0).report)
+    with pytest.raises(SubmitError, match="cannot reach the HTCondor schedd"):
+        resubmit(task, jobs=[0], executor="condor")
+    status = collect(task)[0][0]
+    assert status.state == "failed" and status.attempt == 1 and status.reason.startswith("killed by SIGKILL")
+    assert status.submission.history == []

@@ -13,5 +13,18 @@ class SubmitError(GridError):
     """The batch system refused or could not be reached; names the command or daemon that failed."""
 
 
+class PartialSubmission(SubmitError):
+    """Some jobs were submitted before the batch system refused the rest.
+
+    Args:
+        message: what was refused.
+        batch_ids: the jobs that were submitted, with their batch ids (they are recorded, not lost).
+    """
+
+    def __init__(self, message: str, batch_ids: dict[int, str]):
+        super().__init__(message)
+        self.batch_ids = batch_ids
+
+
 class IncompleteTask(GridError):
     """``merge`` found jobs that are not done (or whose output does not validate)."""

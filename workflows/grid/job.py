@@ -136,21 +136,29 @@ def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: 
                       bad_inputs=list(bad.values()))
     expected = expected_events(spec, entries)
 
+    terminated = False
+
     def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal terminated
+        terminated = True
         raise Terminated()
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         run_sonic(args)
-    except Terminated:
-        return finish("failed", 128 + signal.SIGTERM, "terminated by SIGTERM (batch system stop or time limit)")
-    except KeyboardInterrupt:
-        return finish("failed", 130, "interrupted (SIGINT)")
-    except SonicError as err:
-        notes = "; ".join(getattr(err, "__notes__", []))
-        return finish("failed", EXIT_FAILED, f"{type(err).__name__}: {err}" + (f" ({notes})" if notes else ""))
-    except Exception as err:  # noqa: BLE001 - a bug in a module: the traceback goes to the log
-        traceback.print_exc()
+    except BaseException as err:  # noqa: BLE001 - every way a job can end is reported, then it exits
+        if terminated:  # the framework turns the unwinding into its own Interrupted error
+            return finish("failed", 128 + signal.SIGTERM, "terminated by SIGTERM (batch system stop or time limit)")
+        if isinstance(err, KeyboardInterrupt):
+            return finish("failed", 130, "interrupted (SIGINT)")
+        if isinstance(err, SonicError):
+            notes = "; ".join(getattr(err, "__notes__", []))
+            return finish("failed", EXIT_FAILED, f"{type(err).__name__}: {err}" + (f" ({notes})" if notes else ""))
+        if isinstance(err, SystemExit):  # argparse refused the recorded arguments (its message is in the log)
+            return finish("failed", EXIT_FAILED, f"sonic {args[0]} refused its arguments (exit status {err.code})")
+        if not isinstance(err, Exception):
+            raise
+        traceback.print_exc()  # a bug in a module: the traceback goes to the log
         return finish("failed", EXIT_FAILED, f"{type(err).__name__}: {err}")
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -16,12 +16,12 @@ from typing import Any
 
 from ...framework import config as cfgmod
 from ...framework.process import Process
-from .errors import GridError
+from .errors import GridError, PartialSubmission
 from .executors import executor_class
 from .executors.base import parse_options
 from .inputs import count_entries, resolve_inputs
 from .lifecycle import can_move
-from .records import Submission, read_json
+from .records import Submission, read_json, write_json
 from .splitting import JobSpec, by_events, by_files, generated
 from .status import JobStatus, collect
 from .task import Task, TaskDescription
@@ -115,52 +115,58 @@ def hand_over(task: Task, indices: list[int], executor: str, options: dict[str, 
     """Records a new attempt of each job, then submits them; on refusal the records are restored."""
     runner = executor_class(executor)(task, options)  # checks the options before anything changes
     previous = {i: task.submission(i) for i in indices}
+    old_reports = {i: read_json(task.files(i).report) for i in indices}
     for index in indices:
         old = previous[index]
         history = list(old.history) if old else []
         if old is not None:
-            report = task.files(index).report
+            report = old_reports[index] or {}
             history.append({"attempt": old.attempt, "executor": old.executor, "batch_id": old.batch_id,
-                            "submitted": old.submitted, **(_read_report(report) or {})})
-            report.unlink(missing_ok=True)
+                            "submitted": old.submitted, **{k: v for k, v in report.items() if k != "attempt"}})
+            task.files(index).report.unlink(missing_ok=True)
             for leftover in task.files(index).directory.glob("output.root.*"):
                 leftover.unlink()  # partial (.tmp-*) or rejected output of the failed attempt
         Submission(attempt=(old.attempt + 1) if old else 1, executor=executor, options=dict(options),
                    history=history).save(task.files(index).submission)
     try:
         batch_ids = runner.submit(indices, max_running)
-    except BaseException:
+    except BaseException as err:
+        done = err.batch_ids if isinstance(err, PartialSubmission) else {}
+        _record_batch_ids(task, done)
         for index in indices:
+            if index in done:
+                continue
             old = previous[index]
             if old is None:
                 task.files(index).submission.unlink(missing_ok=True)
-            else:
-                old.save(task.files(index).submission)
+                continue
+            old.save(task.files(index).submission)
+            if old_reports[index] is not None:
+                write_json(task.files(index).report, old_reports[index])
         raise
-    for index in indices:
-        sub = task.submission(index)
-        sub.batch_id = batch_ids[index]
-        sub.submitted = time.time()
-        sub.save(task.files(index).submission)
+    _record_batch_ids(task, batch_ids)
     return batch_ids
 
 
-def _read_report(path: Path) -> dict[str, Any] | None:
-    data = read_json(path)
-    return {k: v for k, v in data.items() if k != "attempt"} if data else None
+def _record_batch_ids(task: Task, batch_ids: dict[int, str]) -> None:
+    for index, batch_id in batch_ids.items():
+        sub = task.submission(index)
+        sub.batch_id = batch_id
+        sub.submitted = time.time()
+        sub.save(task.files(index).submission)
 
 
 def submit(request: SubmitRequest) -> Outcome:
     """Creates (or continues) the task and submits every job that was never submitted."""
     task = prepare(request)
-    task.update(executor=request.executor, executor_options=dict(request.executor_options),
-                max_running=request.max_running, max_retries=request.max_retries)
     statuses, _ = collect(task, log_lines=0)
     fresh = [s.index for s in statuses if s.state == "new"]
     skipped = {s.index: s.state + (" (use `sonic resubmit`)" if s.state == "failed" else "")
                for s in statuses if s.state != "new"}
     if fresh:
         hand_over(task, fresh, request.executor, request.executor_options, request.max_running)
+        task.update(executor=request.executor, executor_options=dict(request.executor_options),
+                    max_running=request.max_running, max_retries=request.max_retries)
     return Outcome(task, fresh, skipped)
 
 
@@ -196,9 +202,9 @@ def resubmit(task: Task, jobs: list[int] | None = None, executor: str | None = N
     name = executor or description.executor
     opts = description.executor_options if options is None and name == description.executor else (options or {})
     cap = max_running if max_running is not None else description.max_running
-    task.update(executor=name, executor_options=dict(opts), max_running=cap, max_retries=limit)
     if retry:
         hand_over(task, retry, name, opts, cap)
+        task.update(executor=name, executor_options=dict(opts), max_running=cap, max_retries=limit)
     return Outcome(task, retry, skipped)
 
 

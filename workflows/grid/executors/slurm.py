@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from ..errors import SubmitError
+from ..errors import PartialSubmission, SubmitError
 from ..lifecycle import BatchStatus
 from ..task import Task
 from .base import Executor, run_command
@@ -92,7 +92,8 @@ class SlurmExecutor(Executor):
             path.write_text(self.script(window, offset, max_running))
             result = run_command(["sbatch", "--parsable", str(path)], "sbatch")
             if result.returncode != 0:
-                raise SubmitError(f"sbatch refused {path}: {result.stderr.strip() or result.stdout.strip()}")
+                message = f"sbatch refused {path}: {result.stderr.strip() or result.stdout.strip()}"
+                raise PartialSubmission(message, batch_ids) if batch_ids else SubmitError(message)
             array_id = result.stdout.strip().split(";")[0]
             batch_ids.update({index: f"{array_id}_{index - offset}" for index in window})
         return batch_ids
