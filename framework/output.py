@@ -217,7 +217,7 @@ class RootOutput:
         self._file["sonic_metadata"] = json.dumps(self.metadata, default=str)
         self._file.close()
         os.replace(self.tmp_path, self.path)
-        log.info("wrote %d events to %s", self.written, self.path)
+        log.debug("wrote %d events to %s", self.written, self.path)
         return self.path
 
     def abort(self) -> None:

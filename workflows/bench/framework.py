@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import statistics
@@ -116,6 +117,8 @@ def raw_uproot(src: Path, dst: Path, keys: list[str], chunk: int) -> float:
 
 
 def framework_io(src: Path, dst: Path, keys: list[str], chunk: int) -> float:
+    """Read + write through the framework: a copy job (its one module is pruned, as nothing consumes it)."""
+    logging.getLogger("sonic_hep.framework.graph").setLevel(logging.ERROR)
     cfg = cfgmod.parse({"source": {"files": [str(src)], "chunk_size": chunk},
                         "modules": {"null": {"type": "NullProducer"}},
                         "output": {"file": str(dst), "products": keys, "chunk_size": chunk, "compression": "zstd:4"},

@@ -33,7 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # options of lazily imported sub-commands (``sonic bench NAME ...``) are parsed by their module
+        if not hasattr(args, "arguments"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.arguments = extra + list(args.arguments)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("urllib3", "matplotlib", "asyncio", "fsspec", "distributed", "tornado", "bokeh"):

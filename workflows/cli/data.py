@@ -7,11 +7,8 @@ Each generator is a module ``sonic_hep.data.<name>.generate`` defining ``add_arg
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import pkgutil
 
-from ... import data
+from ._lazy import add_lazy, discover
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,19 +16,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     generate = actions.add_parser("generate", help="generate events for a workflow")
     workflows = generate.add_subparsers(dest="workflow", metavar="WORKFLOW", required=True)
-    for info in sorted(pkgutil.iter_modules(data.__path__), key=lambda i: i.name):
-        if not info.ispkg:
-            continue
-        try:
-            spec = importlib.util.find_spec(f"{data.__name__}.{info.name}.generate")
-        except ModuleNotFoundError:
-            spec = None
-        if spec is None:
-            continue
-        module = importlib.import_module(f"{data.__name__}.{info.name}.generate")
-        doc = (module.__doc__ or "").strip().splitlines()
-        child = workflows.add_parser(info.name, help=doc[0] if doc else "", description=module.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(child)
-        child.set_defaults(func=module.main)
-
+    for name, module in discover("sonic_hep.data", suffix=".generate"):
+        add_lazy(workflows, name, module, prog=f"sonic data generate {name}", entry="main")

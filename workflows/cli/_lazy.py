@@ -1,0 +1,61 @@
+"""Sub-commands whose implementation is imported only when they run.
+
+``sonic bench NAME`` and ``sonic data generate NAME`` have one module per NAME (benchmarks, event
+generators) that import heavy packages (pythia, ACTS, scipy, matplotlib). Building the parser must not
+import them all, or every ``sonic`` command pays seconds of start-up. Here each NAME gets a stub parser
+whose help line is read from the module's docstring with ``ast`` (no import); the module is imported,
+and its own arguments parsed, only when that NAME is run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def discover(package: str, suffix: str = "") -> Iterator[tuple[str, str]]:
+    """(name, module path) for each ``<package>.<name><suffix>`` that exists, without importing it."""
+    root = importlib.import_module(package)
+    for info in sorted(pkgutil.iter_modules(root.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        if suffix and not info.ispkg:
+            continue
+        module = f"{package}.{info.name}{suffix}"
+        if importlib.util.find_spec(module) is not None:
+            yield info.name, module
+
+
+def docstring(module: str) -> str:
+    """The module's docstring, read from its source without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return ""
+    return ast.get_docstring(ast.parse(Path(spec.origin).read_text())) or ""
+
+
+def add_lazy(subparsers: argparse._SubParsersAction, name: str, module: str, prog: str, entry: str,
+             out_option: bool = False) -> None:
+    """Adds ``name`` whose arguments are parsed by ``module.add_arguments`` and which runs ``module.<entry>``."""
+    doc = docstring(module)
+    stub = subparsers.add_parser(name, help=doc.splitlines()[0] if doc else "", add_help=False)
+    stub.add_argument("arguments", nargs=argparse.REMAINDER)
+
+    def run(args: argparse.Namespace) -> int:
+        impl = importlib.import_module(module)
+        parser = argparse.ArgumentParser(prog=prog, description=impl.__doc__,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        if out_option:
+            parser.add_argument("--out", default=f"bench-{name}", metavar="DIR",
+                                help="directory for the tables (Markdown, JSON) and plots (PNG)")
+        impl.add_arguments(parser)
+        inner = parser.parse_args(args.arguments)
+        inner.verbose = args.verbose
+        return getattr(impl, entry)(inner)
+
+    stub.set_defaults(func=run)
