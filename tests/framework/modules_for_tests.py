@@ -114,3 +114,28 @@ class TMutate(Producer):
         jets = event.get(self.src)
         jets[:] = 0
         event.put("value", 0)
+
+
+class TLifecycle(Producer):
+    """Records its instances and hook calls (class-level, for the test to inspect)."""
+
+    fail_at = Param(int, -1)
+    value = Output("int: id of the instance that processed the event")
+    log: list = []
+
+    def begin_job(self):
+        type(self).log.append(("begin", id(self)))
+
+    def end_job(self):
+        type(self).log.append(("end", id(self)))
+
+    def produce(self, event):
+        if event.index == self.fail_at:
+            raise RuntimeError("fail on purpose")
+        event.put("value", id(self))
+
+
+class TSharedLifecycle(TLifecycle):
+    """The same, declared thread-safe: one instance serves every stream."""
+
+    shared = True

@@ -95,3 +95,22 @@ def test_products_are_read_only_downstream():
     with pytest.raises(ModuleError) as err:
         run({"source": empty(3), "modules": {"w": {"type": "TWait", "ms": 1.0}, "m": {"type": "TMutate"}}})
     assert "'m'" in str(err.value) and "read-only" in str(err.value)
+
+
+@pytest.mark.parametrize("type_name,instances", [("TLifecycle", 4), ("TSharedLifecycle", 1)])
+def test_one_instance_per_stream_unless_shared(type_name, instances):
+    cls = getattr(tm, type_name)
+    cls.log = []
+    result = run({"source": empty(40), "modules": {"m": {"type": type_name}}, "options": {"streams": 4, "threads": 2}})
+    assert result.events == 40
+    begun = {obj for what, obj in cls.log if what == "begin"}
+    ended = {obj for what, obj in cls.log if what == "end"}
+    assert len(begun) == instances and begun == ended
+
+
+def test_end_job_runs_even_when_a_module_fails():
+    tm.TLifecycle.log = []
+    with pytest.raises(ModuleError):
+        run({"source": empty(20), "modules": {"m": {"type": "TLifecycle", "fail_at": 5}},
+             "options": {"streams": 2, "threads": 1}})
+    assert sorted(what for what, _ in tm.TLifecycle.log) == ["begin", "begin", "end", "end"]
