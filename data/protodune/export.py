@@ -1,0 +1,80 @@
+"""Writes EmTrkMichelId's two Triton repository entries from one ONNX file.
+
+* ``data/models/protodune/emtrkmichelid``: ``platform: "onnxruntime_onnx"``, the standard entry that
+  direct inference (onnxruntime in-process) and CPU Triton servers run;
+* ``data/models/protodune_gpu/emtrkmichelid``: ``backend: "python"`` with ``KIND_GPU`` instances,
+  whose ``1/model.py`` (committed, hand-written) rebuilds the network in torch from ``1/model.onnx``,
+  a relative symlink to the file above. Its config pins the MD5 of both files, so a server refuses
+  to serve weights other than the ONNX ones.
+
+Both entries have the same name, inputs and outputs, so a configuration switches between them by
+``services.inference.repository`` alone. Dynamic batching is on; ``max_batch_size`` is 1693, the
+larger of the seeds' batch sizes (235 and 1693): a producer sending 1693-patch requests gets one
+execution per request, one sending 235 gets several requests merged per execution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from ...framework.inference.repository import TensorSpec, write_model
+from .model import CLASSES, INPUT, OUTPUTS, PATCH
+
+MODELS = Path(__file__).resolve().parents[1] / "models"
+NAME = "emtrkmichelid"
+MAX_BATCH = 1693
+INPUTS = [TensorSpec(INPUT, "UINT8", (PATCH, PATCH, 1))]
+OUTPUT_SPECS = [TensorSpec(OUTPUTS[0], "FP32", (len(CLASSES),), f"{OUTPUTS[0]}_labels.txt"),
+                TensorSpec(OUTPUTS[1], "FP32", (1,))]
+
+
+def write_cpu_entry(onnx_model: bytes, repository: Path = MODELS / "protodune") -> Path:
+    """The standard ONNX entry (see the module docstring)."""
+    return write_model(repository, NAME, onnx_model, INPUTS, OUTPUT_SPECS, max_batch_size=MAX_BATCH,
+                       instance_count=1, labels={OUTPUTS[0]: list(CLASSES)})
+
+
+def write_gpu_entry(cpu_entry: Path = MODELS / "protodune" / NAME, repository: Path = MODELS / "protodune_gpu",
+                    instances: int = 2, precision: str = "float16") -> Path:
+    """The torch-on-GPU entry next to the hand-written ``1/model.py`` (see the module docstring)."""
+    model_dir = Path(repository) / NAME
+    version = model_dir / "1"
+    if not (version / "model.py").exists():
+        raise FileNotFoundError(f"{version / 'model.py'} is missing: it is part of the repository, not generated")
+    link = version / "model.onnx"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(os.path.relpath(Path(cpu_entry) / "1" / "model.onnx", version))
+    labels = model_dir / f"{OUTPUTS[0]}_labels.txt"
+    labels.write_text("\n".join(CLASSES) + "\n")
+    config = mc.ModelConfig(name=NAME, backend="python", max_batch_size=MAX_BATCH)
+    for spec in INPUTS:
+        config.input.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
+    for spec in OUTPUT_SPECS:
+        out = config.output.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype),
+                                dims=list(spec.dims))
+        if spec.labels:
+            out.label_filename = spec.labels
+    config.dynamic_batching.SetInParent()
+    config.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_GPU)
+    config.parameters["precision"].string_value = precision
+    agent = config.model_repository_agents.agents.add(name="checksum")
+    for rel in ("1/model.onnx", "1/model.py"):
+        agent.parameters[f"MD5:{rel}"] = hashlib.md5((model_dir / rel).read_bytes()).hexdigest()
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return model_dir
+
+
+def export(onnx_model: bytes) -> tuple[Path, Path]:
+    """Writes both entries; returns their directories."""
+    cpu = write_cpu_entry(onnx_model)
+    return cpu, write_gpu_entry(cpu)
+
+
+if __name__ == "__main__":  # refresh the GPU entry's config (e.g. after editing its model.py)
+    print(write_gpu_entry())
