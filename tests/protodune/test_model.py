@@ -1,0 +1,98 @@
+"""EmTrkMichelId: the architecture, the committed ONNX file and repositories, and its torch copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from sonic_hep.data.protodune.model import PARAMETERS, Weights, quantize_columns, to_onnx, weights_from_onnx
+from sonic_hep.framework.inference.repository import ModelRepository
+
+from .conftest import CPU_REPOSITORY, GPU_REPOSITORY
+
+ONNX_FILE = CPU_REPOSITORY / "emtrkmichelid" / "1" / "model.onnx"
+
+
+def random_patches(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    patches = rng.integers(0, 255, (n, 48, 48, 1)).astype(np.uint8)
+    patches[rng.uniform(size=patches.shape) < 0.8] = 0  # mostly empty, like real patches
+    return patches
+
+
+def test_committed_model_is_the_seed_architecture():
+    model = onnx.load(str(ONNX_FILE))
+    weights = weights_from_onnx(model)
+    assert weights.count() == PARAMETERS == 11_900_420
+    assert weights.conv_w.shape == (48, 1, 5, 5) and weights.dense1_w.shape == (92_928, 128)
+    assert weights.dense2_w.shape == (128, 32) and weights.em_w.shape == (32, 3) and weights.michel_w.shape == (32, 1)
+    (inp,) = model.graph.input
+    assert inp.name == "patches" and inp.type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    assert [o.name for o in model.graph.output] == ["em_trk_none", "michel"]
+    assert ONNX_FILE.stat().st_size < 13e6  # int8 Dense-128 weights: the repository stays small
+
+
+def test_int8_weights_are_close_to_float():
+    w = Weights.random(1).dense1_w
+    q, scale = quantize_columns(w)
+    assert q.dtype == np.int8 and scale.shape == (128,)
+    error = np.abs(q * scale - w).max(axis=0) / np.abs(w).max(axis=0)
+    assert np.all(error <= 0.5 / 127 + 1e-6)
+
+
+def test_outputs_are_probabilities():
+    session = ort.InferenceSession(str(ONNX_FILE), providers=["CPUExecutionProvider"])
+    em, michel = session.run(None, {"patches": random_patches(16)})
+    assert em.shape == (16, 3) and michel.shape == (16, 1)
+    assert np.allclose(em.sum(axis=1), 1, atol=1e-5) and np.all((michel >= 0) & (michel <= 1))
+
+
+def test_quantised_graph_matches_float_graph():
+    weights = Weights.random(2)
+    patches = random_patches(8, 1)
+    run = lambda model: ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"patches": patches})  # noqa: E731
+    exact, quantised = run(to_onnx(weights, quantize=False)), run(to_onnx(weights))
+    assert np.abs(exact[0] - quantised[0]).max() < 0.02
+
+
+def test_repositories_describe_the_same_model():
+    cpu = ModelRepository([CPU_REPOSITORY]).get("emtrkmichelid")
+    gpu = ModelRepository([GPU_REPOSITORY]).get("emtrkmichelid")
+    cpu.verify_checksums()
+    gpu.verify_checksums()  # pins the MD5 of the linked ONNX file and of model.py
+    assert cpu.platform == "onnxruntime_onnx" and gpu.platform == "python"
+    assert cpu.inputs == gpu.inputs and cpu.outputs == gpu.outputs
+    assert cpu.max_batch_size == gpu.max_batch_size == 1693
+    assert cpu.labels["em_trk_none"] == ["track", "em", "none"]
+    assert (gpu.path / "1" / "model.onnx").resolve() == ONNX_FILE.resolve()
+
+
+def test_torch_copy_matches_onnxruntime():
+    """The GPU repository's model.py (torch, here on CPU in float32) computes what onnxruntime computes."""
+    torch = pytest.importorskip("torch")
+    from sonic_hep.workflows.bench._torch_client import load_model_file
+
+    module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
+    net = module.EmTrkMichelIdTorch.from_onnx(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.onnx")
+    patches = random_patches(32, 2)
+    em, michel = net(torch.from_numpy(patches))
+    ref_em, ref_michel = ort.InferenceSession(str(ONNX_FILE), providers=["CPUExecutionProvider"]).run(
+        None, {"patches": patches})
+    assert np.abs(em.numpy() - ref_em).max() < 1e-5
+    assert np.abs(michel.numpy() - ref_michel).max() < 1e-5
+
+
+def test_trainable_torch_model_exports_what_it_computes():
+    torch = pytest.importorskip("torch")
+    from sonic_hep.data.protodune.model import torch_model, weights_of
+
+    net = torch_model().eval()
+    assert sum(p.numel() for p in net.parameters()) == PARAMETERS
+    patches = random_patches(8, 3)
+    with torch.no_grad():
+        em, michel = net(torch.from_numpy(patches))
+    onnx_em, onnx_michel = ort.InferenceSession(to_onnx(weights_of(net), quantize=False),
+                                                providers=["CPUExecutionProvider"]).run(None, {"patches": patches})
+    assert np.abs(em.numpy() - onnx_em).max() < 1e-5 and np.abs(michel.numpy() - onnx_michel).max() < 1e-5
