@@ -247,6 +247,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {job['mode']} | {job['events']} | {job['wall_ms_per_event']:.0f} | "
                          f"{job['preprocessing_ms']:.0f} | {job['inference_ms']:.0f} | {job['other_modules_ms']:.0f} | "
                          f"{job['io_and_framework_ms']:.0f} |")
+    for what, error in report["failures"].items():
+        lines.append(f"\n**{what} failed**: {error[:500]}")
     d = report["derived"]
     lines += ["", "Derived:", "",
               f"- patches per event: {d['patch_gbit_per_event_uint8']:.2f} Gb as uint8 "
@@ -307,25 +309,37 @@ def run(args: argparse.Namespace) -> int:
           f"preprocessing {1000 * preprocessing_s:.0f} ms/event", flush=True)
     rows: dict[str, dict[str, Any]] = {}
     reference = None
+    failures: dict[str, str] = {}
     for mode in sorted(modes, key=lambda m: m != "direct-cpu"):  # direct CPU first: the reference
-        row, outputs = measure_mode(mode, events, args, reference)
+        try:
+            row, outputs = measure_mode(mode, events, args, reference)
+        except Exception as err:  # noqa: BLE001 - one mode failing (no GPU, no server) keeps the others
+            failures[mode] = f"{type(err).__name__}: {err}"
+            print(f"{mode}: FAILED {failures[mode]}", flush=True)
+            continue
         if mode == "direct-cpu":
             reference = outputs
         rows[mode] = row
         print(f"{mode}: {row['ml_s_per_event']:.3f} s/event (ML module, median of {row['events_timed']})", flush=True)
     jobs = []
-    if args.job_events > 0:
-        for mode in modes:
-            if mode != "direct-gpu":
-                jobs.append(job_timing(mode, path, args.job_events, args, out))
-                print(f"job {mode}: {jobs[-1]}", flush=True)
+    for mode in modes if args.job_events > 0 else []:
+        if mode == "direct-gpu" or mode in failures:
+            continue
+        try:
+            jobs.append(job_timing(mode, path, args.job_events, args, out))
+        except Exception as err:  # noqa: BLE001
+            failures[f"job {mode}"] = f"{type(err).__name__}: {err}"
+            print(f"job {mode}: FAILED {failures[f'job {mode}']}", flush=True)
+            continue
+        print(f"job {mode}: {jobs[-1]}", flush=True)
     hits = float(np.mean([len(e) for e in events]))
     report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
               "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "scale": args.scale,
               "events": len(events), "generation_s": generation_s, "preprocessing_s_per_event": preprocessing_s,
-              "modes": [rows[m] for m in modes], "jobs": jobs, "derived": derived(rows, hits, preprocessing_s, args)}
+              "modes": [rows[m] for m in modes if m in rows], "jobs": jobs, "failures": failures,
+              "derived": derived(rows, hits, preprocessing_s, args)}
     (out / "protodune.json").write_text(json.dumps(report, indent=2, default=str))
     (out / "protodune.md").write_text(markdown(report))
     plot(report, out / "protodune.png")
     print(markdown(report))
-    return 0
+    return 1 if failures else 0
