@@ -102,12 +102,31 @@ class MetSample:
         return [np.ascontiguousarray(cont)] + [np.ascontiguousarray(cats[:, :, i:i + 1]) for i in range(3)]
 
     def save(self, path: str | Path) -> None:
-        np.savez_compressed(path, **{k: getattr(self, k) for k in self.__dataclass_fields__})
+        """Half precision for the continuous inputs, bytes for the categories (a few % of a float32 file)."""
+        np.savez_compressed(path, cont=self.cont.astype(np.float16), cats=self.cats.astype(np.uint8),
+                            offsets=self.offsets, target=self.target, pf_met=self.pf_met, puppi_met=self.puppi_met)
 
     @classmethod
     def load(cls, path: str | Path) -> MetSample:
         with np.load(path) as f:
-            return cls(**{k: f[k] for k in cls.__dataclass_fields__})
+            return cls(f["cont"].astype(np.float32), f["cats"].astype(np.float32), f["offsets"], f["target"],
+                       f["pf_met"], f["puppi_met"])
+
+    def take(self, index: np.ndarray) -> MetSample:
+        """The events ``index``."""
+        counts = self.offsets[index + 1] - self.offsets[index]
+        rows = np.repeat(self.offsets[index], counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts,
+                                                                                          counts)
+        return MetSample(self.cont[rows], self.cats[rows], np.concatenate([[0], np.cumsum(counts)]), self.target[index],
+                         self.pf_met[index], self.puppi_met[index])
+
+    @classmethod
+    def concatenate(cls, parts: list[MetSample]) -> MetSample:
+        """One sample from several (e.g. prepared in pieces)."""
+        counts = np.concatenate([np.diff(p.offsets) for p in parts])
+        return cls(np.concatenate([p.cont for p in parts]), np.concatenate([p.cats for p in parts]),
+                   np.concatenate([[0], np.cumsum(counts)]), np.concatenate([p.target for p in parts]),
+                   np.concatenate([p.pf_met for p in parts]), np.concatenate([p.puppi_met for p in parts]))
 
 
 @dataclass

@@ -20,6 +20,7 @@ import argparse
 import io
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,8 +113,10 @@ def onnx_bytes(model, inputs: Sequence[np.ndarray], names: Sequence[str], output
     model.eval()
     tensors = tuple(torch.from_numpy(np.ascontiguousarray(x)) for x in inputs)
     buffer = io.BytesIO()
-    torch.onnx.export(model, tensors, buffer, input_names=list(names), output_names=[output],
-                      dynamic_axes={**dynamic, output: {0: "batch"}}, opset_version=17, dynamo=False)
+    with warnings.catch_warnings():  # the TorchScript exporter is deprecated, but exports dynamic kNN graphs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(model, tensors, buffer, input_names=list(names), output_names=[output],
+                          dynamic_axes={**dynamic, output: {0: "batch"}}, opset_version=17, dynamo=False)
     data = buffer.getvalue()
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     got = session.run([output], {n: np.ascontiguousarray(x) for n, x in zip(names, inputs)})[0]

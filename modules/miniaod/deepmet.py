@@ -72,7 +72,7 @@ class DeepMETProducer(InferenceProducer):
     """DeepMET (CMS inputs, one request per event). Products: ``met`` — pt, phi, px, py (GeV)."""
 
     pfcands = InputTag("PFCands", fields=FIELDS, doc="PF candidates (MiniAOD packedPFCandidates)")
-    model = Param(str, "deepmet", doc="model name in the repository")
+    model = Param(str, "miniaod_deepmet", doc="model name in the repository (CMS: deepmet)")
     norm_factor = Param(float, 50.0, doc="momentum scale of the inputs and outputs (CMS: 50 GeV)")
     max_candidates = Param(int, 4500, doc="candidates per event in the model's input (CMS: 4500)")
     met = Output("per event: DeepMET pt, phi, px, py in GeV")

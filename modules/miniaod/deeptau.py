@@ -27,7 +27,7 @@ class DeepTauProducer(InferenceProducer):
     taus = InputTag("Tau", fields=TAU_FIELDS, doc="τ candidates with their pat::Tau-like variables")
     pfcands = InputTag("PFCands", fields=PF_FIELDS, doc="PF candidates (MiniAOD packedPFCandidates)")
     rho = InputTag("fixedGridRhoFastjetAll", doc="event energy density ρ (GeV per unit area)")
-    model = Param(str, "deeptau", doc="model name in the repository")
+    model = Param(str, "miniaod_deeptau", doc="model name in the repository")
     scores = Output("per τ (collection): e, mu, tau, jet probabilities and VSe, VSmu, VSjet")
 
     def begin_job(self) -> None:

@@ -44,7 +44,7 @@ class ParticleNetTagger(InferenceProducer):
     svs = InputTag("SV", fields=SV_FIELDS, doc="secondary vertices")
     preprocess = Param(str, "ak4", doc="CMS input definition: ak4 (20 PF features) or ak8 (25)",
                        choices=tuple(INPUTS))
-    model = Param(str, "particlenet_ak4", doc="model name in the repository")
+    model = Param(str, "miniaod_particlenet_ak4", doc="model name in the repository")
     classes = Param(list[str], [], doc="names of the model's classes, in output order (default: the model's "
                                        "labels file; CMS's flav_names)")
     discriminants = Param(dict[str, list[str]], {}, doc="extra per-jet outputs: name → class labels whose "
