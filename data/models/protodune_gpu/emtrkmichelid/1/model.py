@@ -87,7 +87,8 @@ class TritonPythonModel:
         if args.get("model_instance_kind") == "GPU":
             self.device = torch.device(f"cuda:{int(args.get('model_instance_device_id') or 0)}")
             dtype = torch.float16 if precision == "float16" else torch.float32
-            torch.backends.cudnn.benchmark = True
+            # no cudnn.benchmark: it autotunes every new batch size (each event's last request, each
+            # dynamically batched total), which costs far more than it gains here
         else:  # the CPU fallback server: half precision convolutions are slow or missing on CPUs
             self.device, dtype = torch.device("cpu"), torch.float32
         path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
