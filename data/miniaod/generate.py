@@ -17,7 +17,6 @@ The detector model, pile-up model and reconstruction are documented in the modul
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
@@ -28,9 +27,6 @@ import numpy as np
 from ...framework.errors import SonicError
 from .events import Settings, make_branches
 from .pythia_events import PROCESSES, PythiaGenerator
-
-log = logging.getLogger(__name__)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", "-n", type=int, required=True, help="number of events")

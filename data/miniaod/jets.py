@@ -8,6 +8,7 @@ Constituents are kept as indices into the event's PF candidates, NanoAOD-style.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ class Jets:
     constituents_cand: np.ndarray
 
 
+@functools.cache
 def _silence_banner() -> None:
     """FastJet prints a banner on its first clustering; print it once into /dev/null."""
     import fastjet._swig as swig
@@ -49,18 +51,12 @@ def _silence_banner() -> None:
         os.close(saved)
 
 
-_BANNER_DONE = False
-
-
 def cluster(cands: PFCandidates, n_events: int, selected: np.ndarray, weights: np.ndarray | None, radius: float,
             min_pt: float) -> Jets:
     """Anti-kT jets of the ``selected`` candidates (four-momenta times ``weights`` if given)."""
-    global _BANNER_DONE
     import fastjet
 
-    if not _BANNER_DONE:
-        _silence_banner()
-        _BANNER_DONE = True
+    _silence_banner()
     scale = np.ones(cands.pt.size) if weights is None else weights
     ok = selected & np.isfinite(cands.pt) & (cands.pt * scale > 0) & np.isfinite(cands.eta) & np.isfinite(cands.phi)
     index = np.flatnonzero(ok)

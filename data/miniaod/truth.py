@@ -188,17 +188,17 @@ def hadronic_decays(batch: GenBatch) -> HadronicDecays:
     d1, d2 = _daughters(batch, ws)
     quark = (d1 >= 0) & (apid[np.maximum(d1, 0)] <= 5) & (apid[np.maximum(d2, 0)] <= 5)
     w_rows = np.stack([batch.event[ws], d1, d2], axis=1)[quark]
-    w_by_index = {int(w): (int(a), int(b)) for w, a, b, ok in zip(ws, d1, d2, quark) if ok}
+    hadronic_ws = ws[quark]  # sorted, like ws
     tops = np.flatnonzero(last_copies(batch, apid == 6))
     t1, t2 = _daughters(batch, tops)
-    rows = []
-    for top, a, b in zip(tops, t1, t2):
-        children = [c for c in range(a, b + 1)] if a >= 0 else []
-        bq = [c for c in children if apid[c] == 5]
-        wc = [c for c in children if apid[c] == 24]
-        if not bq or not wc:
-            continue
-        w_last = int(_descend_to_last(batch, np.array([wc[0]]))[0])
-        if w_last in w_by_index:
-            rows.append((batch.event[top], bq[0], *w_by_index[w_last]))
-    return HadronicDecays(np.array(rows, dtype=np.int64).reshape(-1, 4), w_rows.astype(np.int64).reshape(-1, 3))
+    t1, t2 = np.maximum(t1, 0), np.maximum(t2, 0)
+    b = np.where(apid[t1] == 5, t1, np.where(apid[t2] == 5, t2, -1))
+    w = np.where(apid[t1] == 24, t1, np.where(apid[t2] == 24, t2, -1))
+    ok = (b >= 0) & (w >= 0)
+    tops, b, w = tops[ok], b[ok], _descend_to_last(batch, w[ok])
+    if hadronic_ws.size == 0:
+        top_rows = np.zeros((0, 4), dtype=np.int64)
+    else:  # tops whose W is one of the hadronic Ws, with that W's quarks
+        row = np.clip(np.searchsorted(hadronic_ws, w), 0, hadronic_ws.size - 1)
+        top_rows = np.stack([batch.event[tops], b, w_rows[row, 1], w_rows[row, 2]], axis=1)[hadronic_ws[row] == w]
+    return HadronicDecays(top_rows.astype(np.int64).reshape(-1, 4), w_rows.astype(np.int64).reshape(-1, 3))
