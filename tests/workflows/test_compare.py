@@ -21,11 +21,12 @@ def test_compare(tmp_path, sonic_cli):
     pt = ak.Array([[1.0, 2.0], [], [3.5]])
     met = np.array([10.0, 20.0, 30.0], np.float32)
     a = write(tmp_path / "a.root", pt, met)
-    same = write(tmp_path / "same.root", pt, met + 1e-7)
-    assert compare_files(a, same).equal(1e-5)
+    same = write(tmp_path / "same.root", pt, met * (1 + 5e-6))   # 1.5e-4 absolute at 30, but 5e-6 relative
+    assert compare_files(a, same).equal()
+    assert not compare_files(a, same, rtol=0).equal()
     shifted = write(tmp_path / "shifted.root", pt, met + np.array([0, 0, 1e-3], np.float32))
     cmp = compare_files(a, shifted)
-    assert not cmp.equal(1e-5) and abs(cmp.max_abs_diff["MET_pt"] - 1e-3) < 1e-5
+    assert not cmp.equal() and abs(cmp.max_abs_diff["MET_pt"] - 1e-3) < 1e-5 and cmp.outside["MET_pt"] == 1
     recount = write(tmp_path / "recount.root", ak.Array([[1.0], [2.0], [3.5]]), met)
     assert compare_files(a, recount).structure == ["Jet_pt"]
     extra = write(tmp_path / "extra.root", pt, met, {"x": np.zeros(3)})
