@@ -58,7 +58,11 @@ class EdgeConv(nn.Module):
 
 
 class ParticleNet(nn.Module):
-    """ParticleNet with secondary vertices; inputs in CMS's names and layout ``[B, C, N]``."""
+    """ParticleNet with secondary vertices; inputs in CMS's names and layout ``[B, C, N]``.
+
+    The first EdgeConv's kNN needs ``k + 1`` points per jet: CMS pads AK4 inputs to at least 8 particles
+    and 1 SV (so k ≤ 8) and AK8 inputs to 16 + 1 (k ≤ 16).
+    """
 
     def __init__(self, pf_features: int, sv_features: int, n_classes: int, k: int,
                  blocks: tuple[tuple[int, ...], ...] = ((32, 32, 32), (64, 64, 64)), embed: int = 32, fc: int = 128):
