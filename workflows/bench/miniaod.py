@@ -11,10 +11,9 @@ A module's time is its acquire (input building) + the inference of its requests 
 the Triton round trip, from the inference client's statistics) + its produce, per event, with one
 stream, one thread and one inference worker (``--streams/--threads`` to change); "% of event" divides
 it by the wall time per event. The modules' sum may exceed the event by the overlap ExternalWork allows
-(one module builds inputs while another's inference runs). The
-input size is what the producer sends per event (CMS's layouts, float32). The outputs of both modes
-are compared (largest difference of any written value). Results go to ``--out``: ``miniaod.md``,
-``miniaod.json``.
+(one module builds inputs while another's inference runs). The input size is what the producer sends
+per event (CMS's layouts, float32). The outputs of both modes are compared (largest difference of any
+written value). Results go to ``--out``: ``miniaod.md``, ``miniaod.json``.
 """
 
 from __future__ import annotations
@@ -44,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="miniaod", help="configuration (miniaod, miniaod_cms or a file)")
     parser.add_argument("--modes", default="direct,sonic", help="comma-separated: direct, sonic")
     parser.add_argument("--server", action="append", help="Triton server for sonic (default: a local one)")
-    parser.add_argument("--streams", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--streams", type=int, default=1, help="events in flight")
+    parser.add_argument("--threads", type=int, default=1, help="worker threads")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="configuration override, as for sonic run (e.g. services.inference.repository=[dir])")
 
