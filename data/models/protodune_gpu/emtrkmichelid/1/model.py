@@ -9,7 +9,7 @@ cast to the compute precision (``parameters { key: "precision" }``: float16 on G
 Interface, identical to the ONNX model: ``patches`` uint8 ``[batch, 48, 48, 1]`` → ``em_trk_none``
 float32 ``[batch, 3]``, ``michel`` float32 ``[batch, 1]``. Patches cross into the stub as 1 byte per
 pixel and are widened on the device. Requests that Triton's dynamic batcher hands over together are
-concatenated into one forward pass. Tensors pass through DLPack in both directions, so the stub's
+copied to the device one by one and concatenated there into one forward pass. Tensors pass through DLPack in both directions, so the stub's
 numpy version does not matter (with numpy 2, ``pb_utils.Tensor(name, ndarray)`` outputs come back
 empty).
 
@@ -98,10 +98,13 @@ class TritonPythonModel:
     def execute(self, requests: list) -> list:
         """One forward pass for all requests handed over together; one response per request, in order."""
         try:
-            codes = [dlpack.from_dlpack(pb_utils.get_input_tensor_by_name(r, "patches").to_dlpack()) for r in requests]
+            # each request's patches go to the device on their own and are concatenated there: a
+            # torch.cat of the stub's shared-memory tensors on the host took ~30 ms per execution
+            # on an H100 machine (6× the forward pass), a copy per request 0.5 ms
+            codes = [dlpack.from_dlpack(pb_utils.get_input_tensor_by_name(r, "patches").to_dlpack())
+                     .to(self.device, non_blocking=True) for r in requests]
             sizes = [len(c) for c in codes]
-            batch = torch.cat(codes) if len(codes) > 1 else codes[0]
-            em, michel = self.net(batch.to(self.device, non_blocking=True))
+            em, michel = self.net(torch.cat(codes) if len(codes) > 1 else codes[0])
             em, michel = em.cpu(), michel.cpu()
         except Exception as err:  # noqa: BLE001 - reported per request, the server keeps running
             error = pb_utils.TritonError(f"model {self.name!r}: {type(err).__name__}: {err}")
