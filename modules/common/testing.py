@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from ...framework import ExternalWork, InputTag, Output, Param, Producer, delayed
@@ -46,3 +47,23 @@ class SleepExternal(ExternalWork):
 
     def produce(self, event, result):
         event.put("value", result)
+
+
+class WaitForFile(Producer):
+    """Holds every event until ``path`` exists (polling; no CPU burnt), then puts the event index.
+
+    Lets a test (or an operator rehearsing failure handling) freeze a job at a known point, then cancel,
+    kill or release it deterministically instead of racing the job's speed.
+    """
+
+    path = Param(str, doc="file whose existence releases the events")
+    timeout_s = Param(float, 300.0, doc="give up (and fail the event) after this many seconds")
+    value = Output("int: the event index")
+
+    def produce(self, event):
+        deadline = time.monotonic() + self.timeout_s
+        while not os.path.exists(self.path):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.path} did not appear within {self.timeout_s} s")
+            time.sleep(0.05)
+        event.put("value", event.index)

@@ -31,14 +31,19 @@ def write_nano(path: Path, n: int, seed: int, first_event: int = 1) -> Path:
     return path
 
 
-def analysis_config(path: Path, busy_ms: float = 0.0, histogram: bool = False, **source: object) -> Path:
-    """A selection workflow: HT, a two-jet filter, selected jets; optionally a CPU burner and a histogram."""
+def analysis_config(path: Path, busy_ms: float = 0.0, histogram: bool = False, gate: Path | None = None,
+                    **source: object) -> Path:
+    """A selection workflow: HT, a two-jet filter, selected jets; optionally a CPU burner, a histogram, and a
+    gate that holds every event until the file ``gate`` exists (so tests kill jobs at a known point)."""
     modules: dict[str, dict] = {"ht": {"type": "CollectionSum", "min_pt": 30.0},
                                 "twojets": {"type": "MinCountFilter", "min_count": 2},
                                 "good": {"type": "SelectObjects", "min_pt": 25.0}}
     if busy_ms:  # slows the job down; the histogram keeps it from being pruned (only the tree is compared)
         modules["busy"] = {"type": "BusyProducer", "ms": busy_ms}
         modules["busyhist"] = {"type": "Histogram1D", "src": "busy:value", "name": "index", "high": 1000.0}
+    if gate is not None:  # held events; the histogram keeps the gate from being pruned
+        modules["gate"] = {"type": "WaitForFile", "path": str(gate)}
+        modules["gatehist"] = {"type": "Histogram1D", "src": "gate:value", "name": "gate", "high": 1000.0}
     if histogram:
         modules["hht"] = {"type": "Histogram1D", "src": "ht:sum", "bins": 20, "low": 0.0, "high": 1000.0}
     config = {"process": "gridtest", "source": {"chunk_size": 40, **source}, "modules": modules,

@@ -39,7 +39,8 @@ def test_job_array_respects_the_cap_and_merges_to_the_single_run(tmp_path, input
 
 def test_cancelled_and_killed_jobs_are_detected_and_resubmitted(tmp_path, inputs, slurm, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-    config = analysis_config(tmp_path / "slow.yaml", busy_ms=25.0)
+    gate = tmp_path / "release"
+    config = analysis_config(tmp_path / "held.yaml", gate=gate)
     task = submit(SubmitRequest(config=str(config), output_dir=str(tmp_path / "task"),
                                 inputs=[str(p) for p in inputs], executor="slurm")).task
 
@@ -50,6 +51,8 @@ def test_cancelled_and_killed_jobs_are_detected_and_resubmitted(tmp_path, inputs
     wait_for(lambda: running(0) and running(1), timeout=60, what="jobs 0 and 1 to start")
     slurm.run("scancel", task.submission(0).batch_id)  # SIGTERM: the job reports it
     os.kill(json.loads(task.files(1).report.read_text())["pid"], signal.SIGKILL)  # as the OOM killer would
+    wait_for(lambda: not running(0), timeout=60, what="job 0 to report its SIGTERM")
+    gate.touch()  # job 2 goes on only now: the outcome does not depend on how fast the jobs are
     statuses = wait(task, interval=0.3, timeout=120)
     assert [s.state for s in statuses] == ["failed", "failed", "done"], [s.reason for s in statuses]
     assert "SIGTERM" in statuses[0].reason
