@@ -44,24 +44,29 @@ def event_patches(event: dict, spec: PatchSpec = PatchSpec()) -> Labelled:
     return Labelled(patches, hit["truth"].astype(np.int64), hit["michel"].astype(bool))
 
 
-def balanced(sample: Labelled, rng: np.random.Generator) -> Labelled:
+def balanced(sample: Labelled, rng: np.random.Generator, limit: int | None = None) -> Labelled:
     """Keeps every shower, none and Michel hit and as many track hits as shower + none hits: cosmic
-    muon tracks dominate raw events, and a classifier trained on them raw learns to say "track"."""
+    muon tracks dominate raw events, and a classifier trained on them raw learns to say "track".
+    ``limit`` caps the patches kept (a random subset of the balanced ones, for full-scale events)."""
     rare = (sample.truth != TRUTH_TRACK) | sample.michel
     tracks = np.flatnonzero(~rare)
     keep = rng.choice(tracks, size=min(len(tracks), max(int(rare.sum()), 1)), replace=False)
-    return sample.take(np.sort(np.concatenate([np.flatnonzero(rare), keep])))
+    chosen = np.concatenate([np.flatnonzero(rare), keep])
+    if limit is not None and len(chosen) > limit:
+        chosen = rng.choice(chosen, size=limit, replace=False)
+    return sample.take(np.sort(chosen))
 
 
 def simulate(sim: Simulation, seed: int, events: range, spec: PatchSpec = PatchSpec(),
-             balance: bool = False) -> Labelled:
+             balance: bool = False, limit: int | None = None) -> Labelled:
     """Labelled patches of events ``events`` of random stream ``seed`` (event i uses ``(seed, i)``,
-    as the generator does, so a held-out seed never shares an event with training)."""
+    as the generator does, so a held-out seed never shares an event with training); ``balance``
+    and ``limit`` as in :func:`balanced`, per event."""
     rng = np.random.default_rng([seed, 999_999])
     parts = []
     for number in events:
         labelled = event_patches(sim.event(np.random.default_rng([seed, number])), spec)
-        parts.append(balanced(labelled, rng) if balance else labelled)
+        parts.append(balanced(labelled, rng, limit) if balance else labelled)
     return Labelled.concat(parts)
 
 

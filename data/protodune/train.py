@@ -5,20 +5,22 @@
     nice -n 10 python -m sonic_hep.data.protodune.train            # ~15 min on 2 busy cores
 
 1. simulates ``--events`` small-scale events (one 1 m³ TPC; ``--cosmics`` muons, so that enough stop
-   and give Michel electrons) of random stream ``--seed``, cuts a patch around every hit and
-   balances the classes (:func:`~.dataset.balanced`; Michel hits repeated ``--michel-repeat`` times);
+   and give Michel electrons) and ``--full-events`` ProtoDUNE-size events (where most EM hits are
+   cosmic delta rays and Michel electrons, not beam showers) of random stream ``--seed``, cuts a
+   patch around every hit and balances the classes (:func:`~.dataset.balanced`; Michel hits
+   repeated ``--michel-repeat`` times);
 2. trains, for ``--minutes``, a **pooled stand-in** (:func:`~.model.pooled_model`: the same conv,
    then 4×4 average pooling before Dense-128, ~6× cheaper per patch on a CPU), expands it exactly
    into the full EmTrkMichelId (:func:`~.model.expand_pooled`), then fine-tunes the full network for
    ``--finetune-minutes``; losses: class-weighted cross-entropy on track/em/none plus binary
    cross-entropy on Michel; Adam; dropout 0.2;
-3. keeps the better of the expanded and the fine-tuned network on validation events (random stream
-   ``seed + 1000``), folds the best-F1 Michel threshold on those events into the Michel bias
+3. keeps the better of the expanded and the fine-tuned network (balanced track-vs-shower accuracy)
+   on validation events (random stream ``seed + 1000``), folds the best-F1 Michel threshold on those events into the Michel bias
    (:func:`calibrate_michel`), and exports the int8-weight ONNX file and both repository entries
    (:mod:`.export`);
-4. evaluates **the exported ONNX file** with onnxruntime on ``--heldout-events`` events of another
-   random stream (all hits, natural class mix) and writes the metrics next to the model
-   (``training.json``).
+4. evaluates **the exported ONNX file** with onnxruntime on ``--heldout-events`` small and
+   ``--heldout-full-events`` full events of another random stream (all hits, natural class mix) and
+   writes the metrics next to the model (``training.json``).
 
 Needs torch (``pip install 'sonic-hep[train]'``); it runs on CPU in a few minutes.
 """
@@ -122,7 +124,10 @@ def calibrate_michel(onnx_model: bytes, sample: Labelled) -> tuple[bytes, float]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=120, help="small-scale training events")
+    parser.add_argument("--events", type=int, default=60, help="small-scale training events")
+    parser.add_argument("--full-events", type=int, default=16,
+                        help="full-scale training events (cosmic delta rays and Michel electrons in numbers)")
+    parser.add_argument("--full-event-patches", type=int, default=6000, help="balanced patches kept per full event")
     parser.add_argument("--minutes", type=float, default=11.0, help="time limit of the pooled training")
     parser.add_argument("--finetune-minutes", type=float, default=3.0, help="time limit of the full fine-tuning")
     parser.add_argument("--finetune-lr", type=float, default=2e-4)
@@ -133,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11, help="random stream of the training events")
     parser.add_argument("--heldout-seed", type=int, default=12, help="random stream of the held-out events")
     parser.add_argument("--heldout-events", type=int, default=8)
+    parser.add_argument("--heldout-full-events", type=int, default=2)
     parser.add_argument("--cosmics", type=float, default=8.0,
                         help="mean cosmic muons per small event (more stopping muons, so more Michel electrons)")
-    parser.add_argument("--michel-repeat", type=int, default=8, help="times each Michel hit appears in training")
+    parser.add_argument("--michel-repeat", type=int, default=2, help="times each Michel hit appears in training")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
     import torch
@@ -143,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     small = Simulation.preset("small")
     sim = replace(small, scenario=replace(small.scenario, cosmics=args.cosmics))
-    validation = simulate(sim, args.seed + 1000, range(args.validation_events))
+    full = Simulation.preset("full")
+    validation = Labelled.concat([simulate(sim, args.seed + 1000, range(args.validation_events)),
+                                  simulate(full, args.seed + 1000, range(1))])
     if args.recalibrate:  # only redo the Michel calibration of the model in the repository
         previous = json.loads((MODEL_FILE.parents[1] / "training.json").read_text())
         chosen = previous.get("chosen", "repository")
@@ -152,32 +160,37 @@ def main(argv: list[str] | None = None) -> int:
         onnx_model = MODEL_FILE.read_bytes()
     else:
         start = time.monotonic()
-        sample = simulate(sim, args.seed, range(args.events), balance=True)
+        sample = Labelled.concat([simulate(sim, args.seed, range(args.events), balance=True),
+                                  simulate(full, args.seed, range(args.full_events), balance=True,
+                                           limit=args.full_event_patches)])
         michel = np.flatnonzero(sample.michel)  # rare (~1 %): repeated so the Michel head sees enough of them
         sample = sample.take(np.concatenate([np.arange(len(sample)), np.repeat(michel, args.michel_repeat - 1)]))
-        print(f"{len(sample)} training patches from {args.events} events in {time.monotonic() - start:.0f} s; "
+        print(f"{len(sample)} training patches from {args.events} small and {args.full_events} full events "
+              f"in {time.monotonic() - start:.0f} s; "
               f"truth counts {np.bincount(sample.truth, minlength=3).tolist()}, Michel {int(sample.michel.sum())}")
         pooled = train(pooled_model(), sample, args.minutes)
         candidates = {"pooled": to_onnx(weights_of(expand_pooled(pooled)))}
         if args.finetune_minutes > 0:
-            full = train(expand_pooled(pooled), sample, args.finetune_minutes, lr=args.finetune_lr, seed=1)
-            candidates["fine-tuned"] = to_onnx(weights_of(full))
+            tuned = train(expand_pooled(pooled), sample, args.finetune_minutes, lr=args.finetune_lr, seed=1)
+            candidates["fine-tuned"] = to_onnx(weights_of(tuned))
         validated = {name: evaluate(model, validation) for name, model in candidates.items()}
-        chosen = max(validated, key=lambda name: validated[name]["track_vs_shower_accuracy"])
+        chosen = max(validated, key=lambda name: validated[name]["track_vs_shower_balanced_accuracy"])
         print("validation:", json.dumps(validated), "→ keeping", chosen)
         onnx_model = candidates[chosen]
-        report_extra = {"training_events": args.events, "training_patches": len(sample), "minutes": args.minutes,
+        report_extra = {"training_events": args.events, "training_full_events": args.full_events,
+                        "training_patches": len(sample), "minutes": args.minutes,
                         "finetune_minutes": args.finetune_minutes, "validation_before_calibration": validated}
     onnx_model, threshold = calibrate_michel(onnx_model, validation)
     print(f"Michel decision moved to score {threshold:.3f} (now 0.5)")
     if weights_from_onnx(onnx_model).count() != PARAMETERS:
         raise AssertionError("EmTrkMichelId must have exactly 11,900,420 parameters")
     cpu_entry, gpu_entry = export(onnx_model)
-    heldout = simulate(sim, args.heldout_seed, range(args.heldout_events))
-    metrics = evaluate(onnx_model, heldout)
+    metrics = evaluate(onnx_model, simulate(sim, args.heldout_seed, range(args.heldout_events)))
+    metrics_full = evaluate(onnx_model, simulate(full, args.heldout_seed, range(args.heldout_full_events)))
     report = {"simulation": sim.settings()["scenario"], "seed": args.seed, "chosen": chosen, **report_extra,
               "validation_events": args.validation_events, "michel_threshold_folded": threshold,
-              "heldout_seed": args.heldout_seed, "heldout_events": args.heldout_events, "heldout": metrics}
+              "heldout_seed": args.heldout_seed, "heldout_events": args.heldout_events, "heldout": metrics,
+              "heldout_full_events": args.heldout_full_events, "heldout_full": metrics_full}
     (cpu_entry / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
     print(f"wrote {cpu_entry} and {gpu_entry}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import uproot
@@ -60,17 +62,23 @@ def test_sonic_equals_direct(direct_run, small_file, tmp_path):
             assert np.abs(sonic[f"HitScore_{name}"][i] - direct[f"HitScore_{name}"][i]).max() <= 1e-5
 
 
-def test_classifier_beats_chance_on_heldout_events(small_simulation):
-    """Events from a random stream the training never saw: track-vs-shower accuracy well above the
-    majority-class rate. (The numbers of the committed model are in modules/protodune/README.md.)"""
+@pytest.mark.parametrize("content", ["beam and cosmics", "cosmics only"])
+def test_classifier_beats_chance_on_heldout_events(small_simulation, content):
+    """Events from a random stream the training never saw: tracks and showers both recognised well
+    above chance, with beam showers in the event and with only cosmic muons (whose EM activity is
+    delta rays and Michel electrons). The committed model's numbers are in modules/protodune/README.md."""
     import onnxruntime as ort
 
-    sample = simulate(small_simulation, HELDOUT_SEED, range(3))
+    sim, events = small_simulation, 3
+    if content == "cosmics only":
+        sim, events = replace(sim, scenario=replace(sim.scenario, beam=False, halo=0.0, cosmics=8.0)), 8
+    sample = simulate(sim, HELDOUT_SEED, range(events))
     session = ort.InferenceSession(str(CPU_REPOSITORY / "emtrkmichelid" / "1" / "model.onnx"),
                                    providers=["CPUExecutionProvider"])
     em, michel = zip(*(session.run(None, {"patches": sample.patches[lo:lo + 1693]})
                        for lo in range(0, len(sample), 1693)))
     metrics = classification_metrics(np.concatenate(em), np.concatenate(michel)[:, 0], sample.truth, sample.michel)
-    print(metrics)
-    assert min(metrics["track_efficiency"], metrics["shower_efficiency"]) > 0.7
-    assert metrics["track_vs_shower_accuracy"] > 0.8
+    print(content, metrics)
+    assert np.sum(sample.truth == 1) > 100  # enough shower hits to measure
+    assert metrics["track_vs_shower_balanced_accuracy"] > 0.7  # chance: 0.5
+    assert min(metrics["track_efficiency"], metrics["shower_efficiency"]) > 0.55
