@@ -18,7 +18,8 @@ Triton serving ``data/models/protodune_gpu``: torch on KIND_GPU, patches in syst
 
 From the measured times it derives, as the seeds did, the **CPU jobs one GPU serves**
 (``(other reconstruction + preprocessing + SONIC module) / GPU time per event``; ``--other-reco-s``
-defaults to the seeds' 172 s, the part of their 184 s/event job outside EmTrkMichelId) and the
+defaults to 172 s: the seeds' 68 jobs per T4 × 2.7 s of T4 time per event make 184 s per job event,
+of which 12 s were their SONIC module) and the
 **network-limited job count** (``link ÷ (bits per event ÷ job seconds)``, the seeds' 100 Gb/s ÷
 4.1 Gb × 25 s ≈ 600), for uint8 patches and for the float32 patches the seeds sent.
 
@@ -75,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--saturation", type=int, default=4, help="parallel event loops for server throughput (0: skip)")
     parser.add_argument("--job-events", type=int, default=2, help="events of the whole-job timing (0: skip)")
     parser.add_argument("--other-reco-s", type=float, default=172.0,
-                        help="seconds per event of the rest of a reconstruction job (seeds: 184 - 12)")
+                        help="seconds per event of the rest of a reconstruction job (seeds: 68 jobs per T4 "
+                             "x 2.7 s of T4 per event = 184 s per job event, minus their 12 s module)")
     parser.add_argument("--job-seconds", type=float, default=25.0, help="job seconds per event in the network estimate")
     parser.add_argument("--link-gbps", type=float, default=100.0, help="network link of the server (Gb/s)")
 
@@ -83,10 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # -- inputs -------------------------------------------------------------------------------------------
 def read_patches(path: str, events: int, spec: PatchSpec) -> tuple[list[np.ndarray], list[float]]:
     """Each event's patches, and the preprocessing time of each (make_patches, as HitPatches runs it)."""
-    tree = uproot.open(path)["Events"]
     names = [f"Roi_{f}" for f in ("tpc", "plane", "wire", "start", "length")] + ["Adc"] + \
         [f"Hit_{f}" for f in ("tpc", "plane", "wire", "peak_tick")]
-    arrays = tree.arrays(names, entry_stop=events, library="np")
+    with uproot.open(path) as file:
+        arrays = file["Events"].arrays(names, entry_stop=events, library="np")
     patches, seconds = [], []
     for i in range(len(arrays["Adc"])):
         start = time.perf_counter()
