@@ -34,8 +34,10 @@ class Scenario:
     """What one readout window contains.
 
     Args:
-        cosmics (float): mean number of cosmic muons (Poisson); ProtoDUNE at the surface sees ~45
-            in the 3 ms window plus one drift time (167 Hz/m² over ~50 m² for ~5.3 ms).
+        cosmics (float): mean number of cosmic muons (Poisson). The surface flux gives ~45 in the
+            3 ms window plus one drift time (167 Hz/m² over ~50 m² for ~5.3 ms); 70 is used so that a
+            full event has ProtoDUNE's ~55k hits (the real detector has more hits per muon: wrapped
+            induction wires, noisier channels).
         beam (bool): one beam particle per event.
         beam_momenta (tuple[float, ...]): beam momenta (GeV/c) chosen from uniformly.
         halo (float): mean number of beam-halo muons.
