@@ -1,0 +1,184 @@
+"""Exa.TrkX tracking: per-stage ms/event for direct, SONIC per stage and SONIC ensemble, side by side.
+
+The seed's table (ATLAS/Exa.TrkX: direct 62 ms/evt vs as-a-service 64.4 ms/evt; embedding 0.5/1.7,
+building 2.2/7.3, filtering 27.6/26.7, GNN 31.7/21.3 ms) for ``configs/exatrkx.yaml`` on ACTS events::
+
+    sonic bench exatrkx --events 50                     # simulates the events, starts one local Triton
+    sonic bench exatrkx --input exatrkx.root --server 10.0.0.7:8001
+
+Three runs over the same events, one stream and one thread so the stages add up to the event:
+
+* **direct**: the ML stages in onnxruntime in this process; graph building and labeling here.
+* **SONIC per stage**: each ML stage one request to Triton; graph building and labeling here.
+* **SONIC ensemble**: one request per event to ``exatrkx_pipeline``; the per-stage times are the
+  server's (Triton statistics: queue + compute per execution of each composing model), the event
+  time is the client's round trip.
+
+A stage's client-side time is acquire + wait for the result + produce. Track labels of the three
+runs are compared hit by hit, and each run's tracking efficiency / fake rate / duplicate rate is
+shown. Results go to ``--out``: ``exatrkx.md`` and ``exatrkx.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import uproot
+
+from ...framework import Process
+from ...framework import config as cfgmod
+from ...modules.exatrkx.matching import MatchCounts
+from ._machine import machine_description
+
+#: table rows: (stage, module label in the per-stage runs, composing model of the ensemble)
+STAGES = [("features", "features", None), ("embedding", "embedding", "exatrkx_embedding"),
+          ("graph building", "graph", "exatrkx_graph_building"), ("filtering", "filter", "exatrkx_filter"),
+          ("edge selection", None, "exatrkx_edge_selection"), ("GNN", "gnn", "exatrkx_gnn"),
+          ("labeling", "labeling", "exatrkx_labeling")]
+RUNS = {"direct": ("direct", "labeling:labels"), "sonic": ("sonic", "labeling:labels"),
+        "ensemble": ("sonic", "ensemble:labels")}
+TITLES = {"direct": "direct", "sonic": "SONIC per stage", "ensemble": "SONIC ensemble (server)"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", help="events from `sonic data generate exatrkx` (default: simulate --events)")
+    parser.add_argument("--events", type=int, default=50, help="events to simulate and process (default 50)")
+    parser.add_argument("--seed", type=int, default=101, help="simulation seed when simulating")
+    parser.add_argument("--runs", default="direct,sonic,ensemble", help="comma-separated: direct, sonic, ensemble")
+    parser.add_argument("--server", help="Triton server host:port (default: start one local server for both SONIC runs)")
+    parser.add_argument("--streams", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="configuration override, as for sonic run")
+
+
+def stage_times(report: dict[str, Any]) -> dict[str, float]:
+    """ms/event per module label: acquire + wait + produce for external work, else wall."""
+    out = {}
+    for m in report["modules"]:
+        if m["kind"] == "external":
+            out[m["label"]] = m["acquire_ms_per_event"] + m["wait_ms_per_event"] + m["produce_ms_per_event"]
+        else:
+            out[m["label"]] = m["wall_ms_per_event"]
+    return out
+
+
+def server_times(report: dict[str, Any], events: int) -> dict[str, float]:
+    """Server-side ms/event per model: (queue + compute) summed over its executions, divided by events."""
+    out: dict[str, float] = {}
+    for models in (report.get("inference") or {}).get("servers", {}).values():
+        for model, s in models.items():
+            ns = s["queue_ns"] + s["compute_input_ns"] + s["compute_infer_ns"] + s["compute_output_ns"]
+            out[model] = out.get(model, 0.0) + ns / 1e6 / max(events, 1)
+    return out
+
+
+def read_output(path: str) -> tuple[np.ndarray, MatchCounts]:
+    """Hit labels (flat) and summed matching counts of one run's output file."""
+    with uproot.open(path) as file:
+        tree = file["Events"]
+        labels = tree["HitTrack"].array(library="np")
+        counts = MatchCounts(**{name: int(tree[f"Matching_{name}"].array(library="np").sum())
+                                for name in MatchCounts().as_dict()})
+    flat = np.concatenate(list(labels)) if len(labels) else np.zeros(0, np.int64)
+    return flat, counts
+
+
+def run_one(name: str, path: str, out: Path, server: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    mode, labels = RUNS[name]
+    output = out / f"exatrkx_{name}.root"
+    overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"tracks.labels={labels}",
+                 f"options.streams={args.streams}", f"options.threads={args.threads}", "options.progress=false",
+                 f"output.file='{output}'", *args.param]
+    if mode == "sonic" and server:
+        overrides.append(f"services.inference.servers=['{server}']")
+    result = Process(cfgmod.load("exatrkx", overrides)).run(progress=False)
+    report = result.timing.report()
+    events = report["events"]
+    hit_labels, counts = read_output(str(output))
+    return {"run": name, "events": events, "event_ms": 1000.0 * report["wall_s"] / max(events, 1),
+            "events_per_s": report["events_per_s"], "modules": stage_times(report),
+            "server_ms": server_times(report, events), "counts": counts.as_dict(),
+            "efficiency": counts.efficiency, "fake_rate": counts.fake_rate, "duplicate_rate": counts.duplicate_rate,
+            "output": str(output), "_labels": hit_labels}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    runs = results["runs"]
+    lines = ["# sonic bench exatrkx\n", f"Machine: {results['machine']}  ",
+             f"Input: {results['input']} ({runs[0]['events']} events, {results['hits_per_event']:.0f} hits/event), "
+             f"{results['streams']} stream(s), {results['threads']} thread(s)\n",
+             "| stage | " + " | ".join(f"{TITLES[r['run']]} ms/evt" for r in runs) + " |",
+             "|---|" + "---:|" * len(runs)]
+    for stage, label, model in STAGES:
+        cells = []
+        for r in runs:
+            value = r["server_ms"].get(model) if r["run"] == "ensemble" else r["modules"].get(label)
+            if r["run"] == "ensemble" and label == "features":
+                value = r["modules"].get(label)
+            cells.append("—" if value is None else f"{value:.2f}")
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    totals = []
+    for r in runs:
+        if r["run"] == "ensemble":
+            totals.append(f"{r['modules'].get('ensemble', 0.0):.2f} (round trip)")
+        else:
+            totals.append(f"{sum(r['modules'].get(label, 0.0) for _, label, _ in STAGES if label):.2f}")
+    lines.append("| **pipeline** | " + " | ".join(f"**{t}**" for t in totals) + " |")
+    lines.append("| whole event | " + " | ".join(f"{r['event_ms']:.2f}" for r in runs) + " |")
+    lines.append("")
+    if any(r["run"] == "ensemble" for r in runs):
+        lines.append("Ensemble column: features and the round trip are measured by the client, the stages are the "
+                     "server's queue + compute time per event (Triton statistics).\n")
+    for r in runs:
+        lines.append(f"- {TITLES[r['run']]}: {r['events_per_s']:.1f} events/s; {MatchCounts(**r['counts']).summary(1.0)}")
+    lines.append(f"\nTrack labels identical to direct, hit by hit: "
+                 + ", ".join(f"{TITLES[k]}: {'yes' if v else 'NO'}" for k, v in results["labels_equal"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = args.input
+    if path is None:
+        from ...data.exatrkx.generate import generate
+
+        path = str(out / f"exatrkx_input_{args.events}_{args.seed}.root")
+        if not os.path.exists(path):
+            generate(path, args.events, seed=args.seed)
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RUNS]
+    if unknown:
+        raise SystemExit(f"sonic bench exatrkx: unknown run(s) {unknown}; choose from {list(RUNS)}")
+    server = args.server
+    local = None
+    if server is None and any(RUNS[n][0] == "sonic" for n in names):
+        from ...framework.inference.server import TritonServer
+        from ...framework.inference.service import resolve_repository
+
+        local = TritonServer([resolve_repository("data/models/exatrkx")]).start()
+        server = local.grpc_url
+    try:
+        runs = [run_one(name, path, out, server, args) for name in names]
+    finally:
+        if local is not None:
+            local.stop()
+    with uproot.open(path) as file:
+        hits = float(np.mean(file["Events"]["nHit"].array(library="np")))
+    reference = runs[0]["_labels"]
+    results = {"machine": machine_description(), "input": os.path.basename(path), "hits_per_event": hits,
+               "streams": args.streams, "threads": args.threads, "server": args.server or "local (started by the bench)",
+               "labels_equal": {r["run"]: bool(np.array_equal(r["_labels"], reference)) for r in runs[1:]},
+               "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
+    (out / "exatrkx.json").write_text(json.dumps(results, indent=2, default=str))
+    text = markdown(results)
+    (out / "exatrkx.md").write_text(text)
+    print(text)
+    print(f"results in {os.path.abspath(out)}/exatrkx.{{md,json}}")
+    return 0
