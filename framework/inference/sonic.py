@@ -134,6 +134,9 @@ class SonicClient(InferenceClient):
         return attempt.result
 
     def _done(self, attempt: _Attempt, connection: ServerConnection, fut: Future) -> None:
+        if fut.cancelled():  # the client is closing (or a sibling request failed): nothing to retry
+            attempt.result.cancel()
+            return
         err = fut.exception()
         if err is None:
             attempt.result.set_result(fut.result())
