@@ -24,13 +24,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import uproot
-
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...framework.config import SourceConfig
 from ...framework.source import Request, RootSource
+from ..compare import compare_files
 from ._machine import machine_description
 
 LABELS = {"ParticleNetTagger": "ParticleNet", "DeepMETProducer": "DeepMET", "DeepTauProducer": "DeepTau"}
@@ -114,19 +112,6 @@ def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.N
             "modules": modules, "inference": report.get("inference"), "output": result.output}
 
 
-def max_difference(a: str, b: str) -> float:
-    """Largest absolute difference between the same branches of two output files."""
-    ta, tb = uproot.open(a)["Events"], uproot.open(b)["Events"]
-    worst = 0.0
-    for name in ta.keys():
-        x, y = ta[name].array(library="np"), tb[name].array(library="np")
-        if x.dtype == object:
-            x, y = np.concatenate(list(x)) if len(x) else x, np.concatenate(list(y)) if len(y) else y
-        if x.size:
-            worst = max(worst, float(np.max(np.abs(x.astype(float) - y.astype(float)))))
-    return worst
-
-
 def markdown(results: dict[str, Any]) -> str:
     modes = [r["mode"] for r in results["runs"]]
     head = "| module | algorithm | model | input MB/evt | " + " | ".join(
@@ -150,8 +135,8 @@ def markdown(results: dict[str, Any]) -> str:
                  + " |")
     lines.append("")
     lines.append(" · ".join(f"{r['mode']}: {r['events_per_s']:.1f} events/s" for r in results["runs"]))
-    if "max_difference" in results:
-        lines.append(f"\nLargest difference between the modes' outputs: {results['max_difference']:.2e}")
+    if "comparison" in results:
+        lines.append(f"\nDirect vs SONIC outputs: {results['comparison']}")
     return "\n".join(lines) + "\n"
 
 
@@ -175,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
         "runs": [run_mode(args.config, path, mode, out, args) for mode in modes],
     }
     if len(results["runs"]) == 2:
-        results["max_difference"] = max_difference(results["runs"][0]["output"], results["runs"][1]["output"])
+        comparison = compare_files(results["runs"][0]["output"], results["runs"][1]["output"])
+        results.update(max_difference=comparison.worst, outputs_equal=comparison.equal(),
+                       comparison=comparison.summary().splitlines()[0])
     (out / "miniaod.json").write_text(json.dumps(results, indent=2, default=str))
     text = markdown(results)
     (out / "miniaod.md").write_text(text)
