@@ -140,7 +140,7 @@ class RootOutput:
     """
 
     def __init__(self, config: OutputConfig, products: dict[str, str], columns: dict[str, str], ids: list[str],
-                 metadata: dict[str, Any]):
+                 metadata: dict[str, Any], expected_events: int = 0):
         if not config.file:
             raise OutputError("no output file given")
         self.config, self.products, self.columns, self.ids = config, products, columns, ids
@@ -152,6 +152,9 @@ class RootOutput:
         self.tmp_path = f"{self.path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
         self._file = uproot.recreate(self.tmp_path, compression=compression(config.compression))
         self._tree = None
+        # uproot rewrites a TTree's whole header (a cost quadratic in the number of branches: seconds for
+        # NanoAOD-sized trees) each time its basket index fills up; size the index for the job up front.
+        self._basket_capacity = max(10, -(-expected_events // config.chunk_size) + 2)
         self._events: list[Event] = []
         self.written = 0
 
@@ -197,7 +200,8 @@ class RootOutput:
             if self._tree is None:
                 types = {name: branch_type(arr) for name, arr in branches.items()}
                 self._tree = self._file.mktree(self.config.tree, types, field_name=lambda outer, inner: f"{outer}_{inner}",
-                                               counter_name=lambda counted: f"n{counted}")
+                                               counter_name=lambda counted: f"n{counted}",
+                                               initial_basket_capacity=self._basket_capacity)
             self._tree.extend(branches)
         except (TypeError, ValueError) as err:
             raise OutputError(f"uproot cannot write these products to {self.path!r}: {err}") from None

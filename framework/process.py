@@ -196,7 +196,7 @@ class Process:
                 started.append(module)
             if cfg.output.file:
                 output = RootOutput(cfg.output, self.output_products, self.output_columns,
-                                    self.source.id_branches, self.metadata())
+                                    self.source.id_branches, self.metadata(), expected_events=self.source.total)
 
             def emit(event: Any, passed: bool) -> None:
                 nonlocal written, emitted

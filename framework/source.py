@@ -18,7 +18,7 @@ import glob
 import logging
 import os
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,9 +148,8 @@ class RootSource:
         return available if self.config.max_events < 0 else min(available, self.config.max_events)
 
     def ranges(self) -> Iterator[tuple[str, int, int, int]]:
-        """(file, entry_start, entry_stop, first_index) chunks covering the job's entry range."""
+        """(file, entry_start, entry_stop, first_index) of each file's part of the job's entry range."""
         skip, remaining, index = self.config.first_entry, self.total, 0
-        step = self.config.chunk_size
         for path, n in zip(self.files, self.entries):
             if remaining <= 0:
                 return
@@ -159,20 +158,34 @@ class RootSource:
                 continue
             start, stop = skip, min(n, skip + remaining)
             skip = 0
-            for lo in range(start, stop, step):
-                hi = min(lo + step, stop)
-                yield path, lo, hi, index
-                index += hi - lo
-                remaining -= hi - lo
+            yield path, start, stop, index
+            index += stop - start
+            remaining -= stop - start
 
-    def read(self, path: str, start: int, stop: int, first_index: int) -> Chunk:
-        """Reads one chunk and builds its columns (collections zipped into records)."""
+    def _file_chunks(self, path: str, start: int, stop: int, first_index: int) -> Iterator[Chunk]:
+        """One file's entries ``[start, stop)`` in chunks, through uproot's ``iterate``.
+
+        ``iterate`` keeps the baskets that straddle a chunk boundary for the next chunk; reading each chunk
+        with its own ``arrays`` call decompresses those baskets twice (measured: 1.6× the read time).
+        """
         tree, plan, branches = self._tree(path)
+        entry = start
         try:
-            arrays = tree.arrays(filter_name=branches, entry_start=start, entry_stop=stop, library="ak", how=dict)
+            for arrays in tree.iterate(filter_name=branches, step_size=self.config.chunk_size, entry_start=start,
+                                       entry_stop=stop, library="ak", how=dict):
+                length = len(next(iter(arrays.values()))) if arrays else 0
+                yield self._chunk(path, arrays, plan, entry, length, first_index + entry - start)
+                entry += length
+        except SourceError:
+            raise
         except Exception as err:
-            raise SourceError(f"cannot read entries {start}-{stop} of {path!r} (corrupt file?): "
+            raise SourceError(f"cannot read entries {entry}-{stop} of {path!r} (corrupt file?): "
                               f"{type(err).__name__}: {err}") from None
+
+    @staticmethod
+    def _chunk(path: str, arrays: dict[str, Any], plan: dict[str, Any], entry: int, length: int,
+               first_index: int) -> Chunk:
+        """Builds a chunk's columns (collections zipped into records, views of the read buffers)."""
         columns: dict[str, Any] = {}
         for key, spec in plan.items():
             if isinstance(spec, str):
@@ -186,25 +199,25 @@ class RootSource:
                 raise SourceError(f"collection {key!r} in {path!r}: fields have different lengths "
                                   f"per event: {err}") from None
         ids = {name: ak.to_numpy(arrays[name]) for name in ID_BRANCHES if name in arrays}
-        return Chunk(columns=columns, file=path, entry_start=start, length=stop - start,
-                     first_index=first_index, ids=ids)
+        return Chunk(columns=columns, file=path, entry_start=entry, length=length, first_index=first_index, ids=ids)
+
+    def _all_chunks(self) -> Iterator[Chunk]:
+        for rng in self.ranges():
+            yield from self._file_chunks(*rng)
 
     def chunks(self) -> Iterator[Chunk]:
         """Chunks in order, the next one read on a background thread while this one is processed.
 
-        The pool is shut down without waiting when the generator is closed: an abandoned generator may be
+        The pool is shut down without waiting when this generator is closed: an abandoned generator may be
         finalised on any thread (even uproot's I/O thread), and waiting there for a read would deadlock.
         """
+        reader = self._all_chunks()
         pool = ThreadPoolExecutor(1, thread_name_prefix="source")
         try:
-            pending: Future | None = None
-            for rng in self.ranges():
-                nxt = pool.submit(self.read, *rng)
-                if pending is not None:
-                    yield pending.result()
-                pending = nxt
-            if pending is not None:
-                yield pending.result()
+            pending = pool.submit(next, reader, None)
+            while (chunk := pending.result()) is not None:
+                pending = pool.submit(next, reader, None)
+                yield chunk
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
