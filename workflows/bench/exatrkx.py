@@ -34,6 +34,7 @@ from ...framework import Process
 from ...framework import config as cfgmod
 from ...modules.exatrkx.matching import MatchCounts
 from ._machine import machine_description
+from ._samples import generated_input
 
 #: table rows: (stage, module label in the per-stage runs, composing model of the ensemble)
 STAGES = [("features", "features", None), ("embedding", "embedding", "exatrkx_embedding"),
@@ -145,13 +146,7 @@ def markdown(results: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = args.input
-    if path is None:
-        from ...data.exatrkx.generate import generate
-
-        path = str(out / f"exatrkx_input_{args.events}_{args.seed}.root")
-        if not os.path.exists(path):
-            generate(path, args.events, seed=args.seed)
+    path = args.input or generated_input(out, "exatrkx", args.events, args.seed)
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
     unknown = [n for n in names if n not in RUNS]
     if unknown:

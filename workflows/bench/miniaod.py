@@ -30,6 +30,7 @@ from ...framework.config import SourceConfig
 from ...framework.source import Request, RootSource
 from ..compare import compare_files
 from ._machine import machine_description
+from ._samples import generated_input
 
 LABELS = {"ParticleNetTagger": "ParticleNet", "DeepMETProducer": "DeepMET", "DeepTauProducer": "DeepTau"}
 
@@ -143,13 +144,7 @@ def markdown(results: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = args.input
-    if path is None:
-        from ...data.miniaod.generate import generate
-
-        path = str(out / f"miniaod_input_{args.events}_{args.seed}.root")
-        if not os.path.exists(path):
-            generate(path, args.events, seed=args.seed)
+    path = args.input or generated_input(out, "miniaod", args.events, args.seed)
     config = cfgmod.load(args.config, [f"source.files=['{path}']", *args.param])
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict[str, Any] = {
