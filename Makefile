@@ -16,11 +16,16 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[generators]'
 
-install-test: $(BIN)/python system-deps
+install-test: $(BIN)/python system-deps $(VENV)-numpy2/bin/python
 	$(BIN)/python -m pip install -q -e '.[all]'
 ifneq ($(TORCH_WHEEL),)
 	$(BIN)/python -m pip install -q 'torch==2.13.0'
 endif
+
+# a server python with numpy 2 (as many machines now have), for the test that serves models from one
+$(VENV)-numpy2/bin/python: $(BIN)/python
+	$(BIN)/python -m venv $(VENV)-numpy2
+	$(VENV)-numpy2/bin/python -m pip install -q 'numpy>=2,<3' onnxruntime
 
 system-deps:
 	./.ci/system-deps
@@ -35,4 +40,4 @@ bench: install
 	$(BIN)/sonic bench framework --out bench/framework
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV)-numpy2 *.egg-info .pytest_cache

@@ -75,6 +75,8 @@ class TritonServer:
         tls_root_cert (str | None): PEM root certificate of client certificates: mutual TLS.
         log_verbose (int): Triton's ``--log-verbose`` level.
         startup_timeout (float): seconds to wait for readiness.
+        cpus (Iterable[int] | None): CPU cores the server (and its python stubs) may run on, so that
+            a server sharing a node with jobs gets cores of its own (default: all of this process's).
     """
 
     def __init__(self, repository: ModelRepository | Iterable[str | os.PathLike], *, models: list[str] | None = None,
@@ -83,7 +85,7 @@ class TritonServer:
                  workdir: str | os.PathLike | None = None, env: dict[str, str] | None = None,
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, model_control: str = "none",
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_root_cert: str | None = None):
+                 tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | None = None):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
         if model_control not in ("none", "explicit"):
@@ -94,6 +96,12 @@ class TritonServer:
             if path and not os.path.isfile(path):
                 raise InferenceError(f"TLS file {path} does not exist")
         self.tls = {"cert": tls_cert, "key": tls_key, "root": tls_root_cert}
+        self.cpus = sorted(set(cpus)) if cpus is not None else None
+        if self.cpus is not None:
+            unknown = set(self.cpus) - os.sched_getaffinity(0)
+            if not self.cpus or unknown:
+                raise InferenceError(f"server cpus {self.cpus} are not a non-empty subset of this process's cores "
+                                     f"{sorted(os.sched_getaffinity(0))}")
         self.repository = repository if isinstance(repository, ModelRepository) else ModelRepository(list(repository))
         self.models = models
         self.host = host
@@ -212,10 +220,19 @@ class TritonServer:
             env["CUDA_VISIBLE_DEVICES"] = ""
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         main_thread = threading.current_thread() is threading.main_thread()
+        cpus = self.cpus
+
+        def in_child() -> None:  # before exec, so every thread and python stub of the server inherits it
+            _die_with_parent()
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+
         self.process = subprocess.Popen(self.command(repo_dir, backend_dir), stdout=self._log_file,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                         cwd=self.workdir, start_new_session=True,
-                                        preexec_fn=_die_with_parent if main_thread else None)
+                                        preexec_fn=in_child if main_thread else None)
+        if cpus is not None and not main_thread:  # no preexec_fn off the main thread: pin right after exec
+            os.sched_setaffinity(self.process.pid, cpus)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -321,7 +338,7 @@ class TritonServer:
         """What ``sonic server status`` shows and stores."""
         return {"pid": self.pid, "host": self.host, "grpc": self.grpc_url, "tls": bool(self.tls["cert"]), "http": self.http_url,
                 "metrics": self.metrics_url, "models": self.served, "device": self.device,
-                "python": self.python.executable, "log": str(self.log_path)}
+                "python": self.python.executable, "log": str(self.log_path), "cpus": self.cpus}
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -332,6 +349,20 @@ class TritonServer:
     def __repr__(self) -> str:
         where = self.grpc_url if self.ports else "not started"
         return f"TritonServer({where}, models={self.served or self.models})"
+
+
+def parse_cpus(text: str) -> list[int]:
+    """A CPU list as ``taskset -c`` and Slurm write it (``"0-7,12,14-15"``) → sorted core numbers."""
+    cpus: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise InferenceError(f"bad CPU list {text!r}: write it like 0-7,12") from None
+    if not cpus:
+        raise InferenceError(f"bad CPU list {text!r}: no cores in it")
+    return sorted(cpus)
 
 
 def _die_with_parent() -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,3 +211,20 @@ def test_an_ensemble_of_served_models(tmp_path, demo_repository, rng):
         finally:
             client.close()
     np.testing.assert_allclose(out["class_probs"], _infer_direct("demo_mlp", DEMO_REPOSITORY, x), rtol=0, atol=1e-6)
+
+
+NUMPY2_PYTHON = Path(__file__).resolve().parents[2] / ".venv-numpy2" / "bin" / "python"
+
+
+@pytest.mark.skipif(not NUMPY2_PYTHON.exists(), reason="no .venv-numpy2 (made by `make install-test`)")
+def test_a_server_whose_python_has_numpy_2_serves_the_same_numbers(tmp_path, rng):
+    """Many machines' python now has numpy 2, under which the python stub's own numpy bridge reads
+    inputs wrong and returns empty outputs; the onnxruntime backend then crosses through DLPack."""
+    version = subprocess.run([str(NUMPY2_PYTHON), "-c", "import numpy; print(numpy.__version__)"],
+                             capture_output=True, text=True, check=True).stdout
+    assert int(version.split(".")[0]) >= 2
+    x = rng.standard_normal((37, 16)).astype(np.float32)  # 37 different rows: a wrong read shows
+    with TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], python=str(NUMPY2_PYTHON), workdir=tmp_path / "srv") as server:
+        served = _infer(server.grpc_url, "demo_mlp", x).as_numpy("probs")
+    assert served.shape == (37, 4)
+    np.testing.assert_allclose(served, _infer_direct("demo_mlp", DEMO_REPOSITORY, x), rtol=0, atol=1e-5)

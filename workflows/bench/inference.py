@@ -10,8 +10,13 @@ Three measurements, all on this machine, against a Triton server started here (l
 2. **Dynamic batching**: one-row requests to the small model with many requests in flight, on a
    config with ``dynamic_batching`` and on the same model without it. Goal: ≥ 3× server throughput.
 3. **A workflow**: ``configs/demo_inference.yaml``'s toy jets and tagger plus ``--busy-ms`` of other
-   CPU work per event (standing in for the rest of a reconstruction), 4 streams on 2 threads,
-   direct vs SONIC. Goal: per-event time with SONIC ≤ 1.05× direct.
+   CPU work per event (standing in for the rest of a reconstruction), ``--streams`` streams on
+   ``--threads`` threads (default 4 on 2), direct vs SONIC. Goal: per-event time with SONIC ≤ 1.05× direct.
+
+``--server-cpus 0-7`` pins the server (and its python stubs) to those cores and this process, its
+clients and load generators to the others, as a node shared by a server and jobs would be set up;
+without it everything shares every core (on a 2-core machine the server then competes with the
+clients it serves, which is what the default run measures).
 
 Results go to ``--out``: ``inference.md`` (tables), ``inference.json`` and ``inference.png``.
 """
@@ -37,7 +42,7 @@ from ...framework import config as cfgmod
 from ...framework.inference.connection import ServerSpec
 from ...framework.inference.direct import DirectClient
 from ...framework.inference.repository import ModelRepository
-from ...framework.inference.server import TritonServer
+from ...framework.inference.server import TritonServer, parse_cpus
 from ...framework.inference.servers import ServerPool
 from ...framework.inference.sonic import SonicClient
 from ._load import closed_loop, in_flight, process_tree_cpu, server_load
@@ -58,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=2000, help="events per workflow run")
     parser.add_argument("--busy-ms", type=float, default=5.0, help="other CPU work per event in the workflow (ms)")
     parser.add_argument("--repeat", type=int, default=3, help="workflow runs per mode (the median is reported)")
+    parser.add_argument("--streams", type=int, default=4, help="workflow streams (events in flight)")
+    parser.add_argument("--threads", type=int, default=2, help="workflow worker threads")
+    parser.add_argument("--server-cpus", metavar="LIST",
+                        help="pin the server to these cores (e.g. 0-7) and the clients to the rest (default: no pinning)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short points, few clients and events")
 
 
@@ -141,7 +150,8 @@ def _model_stats(client: grpcclient.InferenceServerClient, model: str) -> dict[s
     return {"requests": stats.inference_stats.success.count, "executions": stats.execution_count}
 
 
-def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int) -> list[dict[str, Any]]:
+def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int, streams: int,
+             threads: int) -> list[dict[str, Any]]:
     """ms/event of the toy-jet workflow (+ busy work), direct vs SONIC, small and large model."""
     rows = []
     for model, (_, n_in, _) in MODELS.items():
@@ -149,6 +159,7 @@ def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int) -> 
         for _ in range(repeat):
             for mode in times:  # interleaved, so a change in the machine's load hits both modes alike
                 overrides = [f"source.events={events}", "options.progress=false", "output.file=null",
+                             f"options.streams={streams}", f"options.threads={threads}",
                              f"toyJets.features={n_in}", f"tagger.model={model}", f"services.inference.mode={mode}",
                              f"services.inference.repository=['{server.repository.paths[0]}']"]
                 if mode == "sonic":
@@ -160,7 +171,8 @@ def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int) -> 
                 result = Process(cfg).run(progress=False)
                 times[mode].append(1000 * result.timing.elapsed / result.events)
         for mode, runs in times.items():
-            rows.append({"model": model, "mode": mode, "busy_ms": busy_ms, "events": events,
+            rows.append({"model": model, "mode": mode, "busy_ms": busy_ms, "events": events, "streams": streams,
+                         "threads": threads,
                          "ms_per_event": float(np.median(runs)), "runs_ms_per_event": runs})
             log.info("workflow %s %s: %.3f ms/event", model, mode, rows[-1]["ms_per_event"])
         rows[-1]["ratio_to_direct"] = rows[-1]["ms_per_event"] / rows[-2]["ms_per_event"]
@@ -172,7 +184,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = ["# Inference benchmark: direct vs SONIC", "", f"Machine: {report['machine']}  ",
              f"Load average (1 min) at start/end: {load.get('start', float('nan')):.1f} / {load.get('end', float('nan')):.1f} "
              "(other jobs shared the machine)  ",
-             f"Command: `{report['command']}`  ", f"Date: {report['date']}", "",
+             f"Command: `{report['command']}`  ", f"Date: {report['date']}  ",
+             f"CPU pinning: {report.get('pinning', 'none (server and clients share every core)')}", "",
              "## Latency and throughput (closed loop, one request per client at a time)", "",
              "| model | rows/request | mode | clients | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
     for r in report["latency"]:
@@ -192,7 +205,7 @@ def markdown(report: dict[str, Any]) -> str:
               "generator ran out of CPU before the batched server did (the server CPU per request says what the server "
               "alone could sustain).", "",
               f"## Workflow (toy jets + tagger + {report['workflow'][0]['busy_ms']} ms other work per event, "
-              f"4 streams, 2 threads)", "", "| model | mode | ms/event | SONIC / direct |", "|---|---|---|---|"]
+              f"{report['workflow'][0].get('streams', 4)} streams, {report['workflow'][0].get('threads', 2)} threads)", "", "| model | mode | ms/event | SONIC / direct |", "|---|---|---|---|"]
     for r in report["workflow"]:
         ratio = f"{r['ratio_to_direct']:.3f}" if "ratio_to_direct" in r else ""
         lines.append(f"| {r['model']} | {r['mode']} | {r['ms_per_event']:.3f} | {ratio} |")
@@ -238,16 +251,24 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M"),
                               "command": "sonic bench inference " + " ".join(
                                   f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                                  for k, v in vars(args).items() if k in ("clients", "duration", "depth", "events",
-                                                                          "busy_ms", "repeat"))}
+                                  for k, v in vars(args).items() if v is not None and k in (
+                                      "clients", "duration", "depth", "load_processes", "events", "busy_ms", "repeat",
+                                      "streams", "threads", "server_cpus"))}
     report["load_average"] = {"start": os.getloadavg()[0]}
+    server_cpus = parse_cpus(args.server_cpus) if args.server_cpus else None
+    clients = sorted(os.sched_getaffinity(0) - set(server_cpus or []))
+    if not clients:
+        raise SystemExit(f"sonic bench inference: --server-cpus {args.server_cpus} leaves no core for the clients")
     with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
         repository = write_models(Path(tmp) / "models")
         write_mlp(Path(tmp) / "models", "demo_mlp")  # the workflow's tagger model, as in data/models/demo
-        with TritonServer(repository, workdir=Path(tmp) / "server") as server:
+        with TritonServer(repository, workdir=Path(tmp) / "server", cpus=server_cpus) as server:
+            if server_cpus:  # before any client thread or load process starts: they all inherit it
+                os.sched_setaffinity(0, clients)
+                report["pinning"] = f"server on cores {args.server_cpus}, clients on the {len(clients)} other cores"
             report["latency"] = latency_throughput(server, repository, args.clients, args.duration)
             report["batching"] = batching(server, repository, args.depth, args.duration, args.load_processes)
-            report["workflow"] = workflow(server, args.events, args.busy_ms, args.repeat)
+            report["workflow"] = workflow(server, args.events, args.busy_ms, args.repeat, args.streams, args.threads)
     report["load_average"]["end"] = os.getloadavg()[0]
     (out / "inference.json").write_text(json.dumps(report, indent=2))
     (out / "inference.md").write_text(markdown(report))

@@ -66,13 +66,14 @@ def _repositories(args: argparse.Namespace) -> list[str]:
 
 
 def start(args: argparse.Namespace) -> int:
-    from ...framework.inference.server import TritonServer
+    from ...framework.inference.server import TritonServer, parse_cpus
 
     server = TritonServer(_repositories(args), models=args.model or None, host=args.host, grpc_port=args.grpc_port,
                           http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
                           model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert)
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
+                          cpus=parse_cpus(args.cpus) if args.cpus else None)
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -213,6 +214,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", metavar="EXE", help="interpreter for python models (default: this one)")
     p.add_argument("--workdir", metavar="DIR", help="runtime repository, backends and log (default: a temp folder)")
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
+    p.add_argument("--cpus", metavar="LIST", help="pin the server to these cores (e.g. 0-7,12), leaving the rest to jobs")
     p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate: gRPC over TLS (with --tls-key)")

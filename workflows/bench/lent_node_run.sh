@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The ProtoDUNE GPU benchmark as it runs on a lent GPU machine (no network; its python3 has torch+CUDA).
+# A `sonic bench` as it runs on a lent GPU machine (no network; its python3 has torch+CUDA and onnxruntime).
 #
 # Prepared here, carried in .whl/ (git-ignored):
 #   .whl/*.whl                         uproot, awkward(-cpp), cramjam, tritonclient, python-rapidjson (cp312)
 #   .whl/tritonserver-pip-py312.tar.xz python -m sonic_hep.workflows.bench._triton_bundle pack <that> --python 3.12
-# Usage: bash workflows/bench/protodune_gpu_run.sh OUTDIR [extra sonic bench arguments]
+# Usage: bash workflows/bench/lent_node_run.sh BENCH OUTDIR [sonic bench BENCH arguments]
+#   e.g. bash workflows/bench/lent_node_run.sh protodune OUT --scale full --modes direct-cpu,direct-gpu,sonic-gpu
+#        bash workflows/bench/lent_node_run.sh inference OUT --server-cpus 0-7 --load-processes 4
 # Dry run without a GPU: PYTHON=.venv/bin/python BUNDLE=<bundle with this python's stub> SKIP_INSTALL=1 \
-#   bash workflows/bench/protodune_gpu_run.sh /tmp/dry --scale small --events 2 --torch-device cpu --modes direct-cpu,direct-gpu
+#   bash workflows/bench/lent_node_run.sh protodune /tmp/dry --scale small --events 2 --torch-device cpu --modes direct-cpu,direct-gpu
 set -euo pipefail
-out=${1:?usage: protodune_gpu_run.sh OUTDIR [bench arguments]}
-shift
+bench=${1:?usage: lent_node_run.sh BENCH OUTDIR [bench arguments]}
+out=${2:?usage: lent_node_run.sh BENCH OUTDIR [bench arguments]}
+shift 2
 PY=${PYTHON:-python3}
 BUNDLE=${BUNDLE:-.whl/tritonserver-pip-py312.tar.xz}
 SITE=${SITE:-/tmp/sonic-site}
@@ -33,4 +36,4 @@ export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c 'import numpy, torch, onnxruntime; print("numpy", numpy.__version__, "torch", torch.__version__,
 "cuda", torch.cuda.is_available(), "ort", onnxruntime.__version__)'
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-"$PY" -m sonic_hep.workflows.cli bench protodune --out "$out" "$@"
+"$PY" -m sonic_hep.workflows.cli bench "$bench" --out "$out" "$@"
