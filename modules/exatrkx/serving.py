@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ...framework.inference.backends.onnxruntime.stub_tensors import from_numpy, to_numpy
 from . import working_point
 from .edge_selection import select_edges
 from .graph_building import radius_graph
@@ -43,9 +44,9 @@ class _StageModel:
         responses = []
         for request in requests:
             try:
-                inputs = {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+                inputs = {tensor.name(): to_numpy(tensor) for tensor in request.inputs()}
                 outputs = self.run(inputs)
-                tensors = [self.pb.Tensor(name, np.ascontiguousarray(value)) for name, value in outputs.items()]
+                tensors = [from_numpy(self.pb, name, value) for name, value in outputs.items()]
                 responses.append(self.pb.InferenceResponse(output_tensors=tensors))
             except Exception as err:  # noqa: BLE001 - reported to the client as this request's error
                 message = f"model {self.name!r}: {type(err).__name__}: {err}"

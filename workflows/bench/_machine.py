@@ -34,3 +34,30 @@ def machine_description() -> str:
         except (OSError, subprocess.SubprocessError):
             gpu = ""
     return f"{cpu}, {cores} cores{memory}{gpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+class CoreSplit:
+    """``--server-cpus``: the server on some cores, this process (its threads, clients and load
+    processes) on the others, as a node shared by a Triton server and jobs is set up.
+
+    Make it before starting anything; :meth:`pin_clients` once the server has started (the server
+    inherits nothing from the pinning: it gets ``server_cpus`` explicitly).
+    """
+
+    def __init__(self, server_cpus: str | None):
+        from ...framework.inference.server import parse_cpus
+
+        self.text = server_cpus
+        self.server_cpus = parse_cpus(server_cpus) if server_cpus else None
+        self.client_cpus = sorted(os.sched_getaffinity(0) - set(self.server_cpus or []))
+        if not self.client_cpus:
+            raise SystemExit(f"--server-cpus {server_cpus} leaves no core for the clients")
+
+    def pin_clients(self) -> None:
+        if self.server_cpus:  # threads and processes started from now on inherit it
+            os.sched_setaffinity(0, self.client_cpus)
+
+    def describe(self) -> str:
+        if not self.server_cpus:
+            return "none (server and clients share every core)"
+        return f"server on cores {self.text}, clients on the {len(self.client_cpus)} other cores"

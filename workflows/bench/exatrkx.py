@@ -33,7 +33,7 @@ import uproot
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...modules.exatrkx.matching import MatchCounts
-from ._machine import machine_description
+from ._machine import CoreSplit, machine_description
 from ._samples import generated_input
 
 #: table rows: (stage, module label in the per-stage runs, composing model of the ensemble)
@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=101, help="simulation seed when simulating")
     parser.add_argument("--runs", default="direct,sonic,ensemble", help="comma-separated: direct, sonic, ensemble")
     parser.add_argument("--server", help="Triton server host:port (default: start one local server for both SONIC runs)")
+    parser.add_argument("--server-cpus", metavar="LIST",
+                        help="pin the local server to these cores (e.g. 0-7) and the runs to the rest (default: no pinning)")
+    parser.add_argument("--server-ort-threads", type=int, default=1,
+                        help="onnxruntime threads per model instance of the local server (direct runs use 1)")
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -113,7 +117,9 @@ def markdown(results: dict[str, Any]) -> str:
     runs = results["runs"]
     lines = ["# sonic bench exatrkx\n", f"Machine: {results['machine']}  ",
              f"Input: {results['input']} ({runs[0]['events']} events, {results['hits_per_event']:.0f} hits/event), "
-             f"{results['streams']} stream(s), {results['threads']} thread(s)\n",
+             f"{results['streams']} stream(s), {results['threads']} thread(s)  ",
+             f"CPU pinning: {results.get('pinning', 'none')}; local server: "
+             f"{results.get('server_ort_threads', 1)} onnxruntime thread(s) per model instance\n",
              "| stage | " + " | ".join(f"{TITLES[r['run']]} ms/evt" for r in runs) + " |",
              "|---|" + "---:|" * len(runs)]
     for stage, label, model in STAGES:
@@ -153,12 +159,16 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"sonic bench exatrkx: unknown run(s) {unknown}; choose from {list(RUNS)}")
     server = args.server
     local = None
+    machine = machine_description()  # before the pinning narrows what this process sees
+    cores = CoreSplit(args.server_cpus)
     if server is None and any(RUNS[n][0] == "sonic" for n in names):
         from ...framework.inference.server import TritonServer
         from ...framework.inference.service import resolve_repository
 
-        local = TritonServer([resolve_repository("data/models/exatrkx")]).start()
+        local = TritonServer([resolve_repository("data/models/exatrkx")], cpus=cores.server_cpus,
+                             ort_threads=args.server_ort_threads).start()
         server = local.grpc_url
+    cores.pin_clients()
     try:
         runs = [run_one(name, path, out, server, args) for name in names]
     finally:
@@ -167,8 +177,9 @@ def run(args: argparse.Namespace) -> int:
     with uproot.open(path) as file:
         hits = float(np.mean(file["Events"]["nHit"].array(library="np")))
     reference = runs[0]["_labels"]
-    results = {"machine": machine_description(), "input": os.path.basename(path), "hits_per_event": hits,
+    results = {"machine": machine, "input": os.path.basename(path), "hits_per_event": hits,
                "streams": args.streams, "threads": args.threads, "server": args.server or "local (started by the bench)",
+               "pinning": cores.describe(), "server_ort_threads": args.server_ort_threads,
                "labels_equal": {r["run"]: bool(np.array_equal(r["_labels"], reference)) for r in runs[1:]},
                "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
     (out / "exatrkx.json").write_text(json.dumps(results, indent=2, default=str))

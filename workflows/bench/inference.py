@@ -42,11 +42,11 @@ from ...framework import config as cfgmod
 from ...framework.inference.connection import ServerSpec
 from ...framework.inference.direct import DirectClient
 from ...framework.inference.repository import ModelRepository
-from ...framework.inference.server import TritonServer, parse_cpus
+from ...framework.inference.server import TritonServer
 from ...framework.inference.servers import ServerPool
 from ...framework.inference.sonic import SonicClient
 from ._load import closed_loop, in_flight, process_tree_cpu, server_load
-from ._machine import machine_description
+from ._machine import CoreSplit, machine_description
 
 log = logging.getLogger(__name__)
 
@@ -255,17 +255,13 @@ def run(args: argparse.Namespace) -> int:
                                       "clients", "duration", "depth", "load_processes", "events", "busy_ms", "repeat",
                                       "streams", "threads", "server_cpus"))}
     report["load_average"] = {"start": os.getloadavg()[0]}
-    server_cpus = parse_cpus(args.server_cpus) if args.server_cpus else None
-    clients = sorted(os.sched_getaffinity(0) - set(server_cpus or []))
-    if not clients:
-        raise SystemExit(f"sonic bench inference: --server-cpus {args.server_cpus} leaves no core for the clients")
+    cores = CoreSplit(args.server_cpus)
+    report["pinning"] = cores.describe()
     with tempfile.TemporaryDirectory(prefix="sonic-bench-") as tmp:
         repository = write_models(Path(tmp) / "models")
         write_mlp(Path(tmp) / "models", "demo_mlp")  # the workflow's tagger model, as in data/models/demo
-        with TritonServer(repository, workdir=Path(tmp) / "server", cpus=server_cpus) as server:
-            if server_cpus:  # before any client thread or load process starts: they all inherit it
-                os.sched_setaffinity(0, clients)
-                report["pinning"] = f"server on cores {args.server_cpus}, clients on the {len(clients)} other cores"
+        with TritonServer(repository, workdir=Path(tmp) / "server", cpus=cores.server_cpus) as server:
+            cores.pin_clients()
             report["latency"] = latency_throughput(server, repository, args.clients, args.duration)
             report["batching"] = batching(server, repository, args.depth, args.duration, args.load_processes)
             report["workflow"] = workflow(server, args.events, args.busy_ms, args.repeat, args.streams, args.threads)

@@ -2,7 +2,8 @@
 # A `sonic bench` as it runs on a lent GPU machine (no network; its python3 has torch+CUDA and onnxruntime).
 #
 # Prepared here, carried in .whl/ (git-ignored):
-#   .whl/*.whl                         uproot, awkward(-cpp), cramjam, tritonclient, python-rapidjson (cp312)
+#   .whl/*.whl                         uproot, awkward(-cpp), cramjam, tritonclient, python-rapidjson,
+#                                      hist, boost-histogram, histoprint, uhi, click (cp312)
 #   .whl/tritonserver-pip-py312.tar.xz python -m sonic_hep.workflows.bench._triton_bundle pack <that> --python 3.12
 # Usage: bash workflows/bench/lent_node_run.sh BENCH OUTDIR [sonic bench BENCH arguments]
 #   e.g. bash workflows/bench/lent_node_run.sh protodune OUT --scale full --modes direct-cpu,direct-gpu,sonic-gpu
@@ -19,7 +20,7 @@ SITE=${SITE:-/tmp/sonic-site}
 export PYTHONUNBUFFERED=1
 mkdir -p "$out" "$SITE"
 if [ -z "${SKIP_INSTALL:-}" ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
   if ! "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e .; then
     # no usable setuptools there: the same layout by hand (rooms as sonic_hep.<room>, plug-in entry point)
     mkdir -p "$SITE/sonic_hep" "$SITE/sonic_hep-0.0.dist-info"
@@ -33,6 +34,9 @@ import sys, tarfile
 tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], filter="tar")
 EOF
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+# Triton's python stub ignores PYTHONPATH: a .pth file shows it the carried packages (Exa.TrkX's python models)
+"$PY" -c 'import sys, sysconfig; open(sysconfig.get_paths()["purelib"] + "/sonic-site.pth", "w").write(sys.argv[1] + "\n")' "$SITE" \
+  || echo "warning: no .pth for the python stub: python models that need the carried packages will not load"
 "$PY" -c 'import numpy, torch, onnxruntime; print("numpy", numpy.__version__, "torch", torch.__version__,
 "cuda", torch.cuda.is_available(), "ort", onnxruntime.__version__)'
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

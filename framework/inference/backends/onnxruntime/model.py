@@ -17,7 +17,7 @@ ParticleNet, DeepMET) is served as it is:
   as the official backend reads them (see ``ort_session.py``); ``SONIC_ORT_THREADS`` sets the default.
 
 Only onnxruntime and numpy are imported (this file runs in the stub's interpreter, not necessarily
-sonic-hep's), with numpy 1 or 2 (see ``_NUMPY2``).
+sonic-hep's), with numpy 1 or 2 (``stub_tensors.py``).
 """
 
 from __future__ import annotations
@@ -29,13 +29,9 @@ import sys
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-#: The stub's numpy bridge (``as_numpy``, ``Tensor(name, ndarray)``) is built for numpy 1: under numpy 2
-#: inputs read wrong and outputs come back empty, so there tensors cross through DLPack instead (which
-#: numpy 1's ``__dlpack__`` cannot do for the stub). Strings have no DLPack form: numpy 2 stubs can't serve them.
-_NUMPY2 = int(np.__version__.split(".")[0]) >= 2
-
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from ort_session import open_session  # noqa: E402  (beside this file, found through the path above)
+from stub_tensors import from_numpy, to_numpy  # noqa: E402
 
 
 class TritonPythonModel:
@@ -85,7 +81,7 @@ class TritonPythonModel:
                     responses[index] = pb_utils.InferenceResponse(error=error)
                 continue
             for (index, _), values in zip(members, outputs):
-                tensors = [_output(name, np.ascontiguousarray(value, dtype=self.output_types[name]))
+                tensors = [from_numpy(pb_utils, name, np.asarray(value, dtype=self.output_types[name]))
                            for name, value in zip(wanted, values)]
                 responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
         return responses
@@ -94,13 +90,10 @@ class TritonPythonModel:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is None:
             raise ValueError(f"model {self.name!r}: request has no input {name!r}")
-        if not _NUMPY2:
-            return tensor.as_numpy()
         try:
-            return np.from_dlpack(tensor)
-        except (TypeError, BufferError, RuntimeError) as err:
-            raise ValueError(f"model {self.name!r}: input {name!r} cannot reach numpy "
-                             f"{np.__version__} in the server's python: {err}") from None
+            return to_numpy(tensor)
+        except ValueError as err:
+            raise ValueError(f"model {self.name!r}: {err}") from None
 
     def _run(self, wanted: list[str], members: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """One onnxruntime call for all ``members`` (concatenated on the batch axis); outputs per member."""
@@ -115,10 +108,3 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.session = None
-
-
-def _output(name: str, value: np.ndarray):
-    """An output tensor; under numpy 2, numeric ones go through DLPack."""
-    if _NUMPY2 and value.dtype.kind not in "OSU":
-        return pb_utils.Tensor.from_dlpack(name, value)
-    return pb_utils.Tensor(name, value)
