@@ -41,6 +41,13 @@ def kill_after(server: TritonServer, requests: int, timeout: float = 60) -> thre
     return thread
 
 
+def _answered(server: TritonServer) -> int:
+    if not server.alive():
+        return 0
+    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("demo_mlp").model_stats
+    return stats[0].inference_stats.success.count if stats else 0
+
+
 def test_requests_fail_over_to_another_server(tmp_path, demo_repository, rng):
     first = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "first").start()
     second = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "second").start()
@@ -48,17 +55,22 @@ def test_requests_fail_over_to_another_server(tmp_path, demo_repository, rng):
     direct = DirectClient(demo_repository)
     try:
         xs = [rng.standard_normal((int(n), 16)).astype(np.float32) for n in rng.integers(1, 30, 600)]
-        watcher = kill_after(first, 50)
         futures = []
-        for x in xs:
+        killed_at = None
+        for i, x in enumerate(xs):
             futures.append(client.infer("demo_mlp", {"x": x}))
-            time.sleep(0.002)  # a steady stream, so the kill lands mid-way
+            time.sleep(0.002)  # a steady stream, so the crash lands with requests in flight
+            # crash the first server a third of the way in, once it has answered some (the pool chooses by queue
+            # time, so how many it gets depends on the machine's load: a fixed count could come after the stream)
+            if killed_at is None and i >= len(xs) // 3 and _answered(first) >= 10:
+                first.kill()
+                killed_at = i
+        assert killed_at is not None and killed_at < len(xs) - 100, f"first server answered {_answered(first)} requests"
         results = [f.result(60) for f in futures]
-        watcher.join()
         for x, out in zip(xs, results):
             np.testing.assert_allclose(out["probs"], direct.run("demo_mlp", {"x": x})["probs"], rtol=0, atol=1e-5)
         served = client.counters.as_dict()["demo_mlp"]["servers"]
-        assert served.get(first.grpc_url, 0) >= 25 and served[second.grpc_url] > len(xs) / 3, served
+        assert served.get(first.grpc_url, 0) >= 10 and served[second.grpc_url] > len(xs) / 3, served
         assert not client.pool.states[0].healthy
         assert not list(Path("/dev/shm").glob(first.shm_prefix + "*")), "the killed server's stub memory is left"
     finally:
