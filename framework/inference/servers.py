@@ -9,7 +9,8 @@
   (from Triton's statistics API, refreshed in the background every ``refresh_s``); servers whose
   queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
 * **Health.** A server that fails a request as unreachable is marked down at once, so other requests
-  avoid it; down servers are probed again every ``reprobe_s``.
+  avoid it; one that stops answering the background statistics call is marked down too (it may have
+  been sent nothing since it died); down servers are probed again every ``reprobe_s``.
 * **Fallback.** When no healthy server has a model, a local Triton server (CPU, like CMSSW's
   TritonService fallback) is started on the job's own repository, once, and joins the pool. With no
   server configured at all, it is started at the beginning of the job.
@@ -304,7 +305,11 @@ class ServerPool:
                     continue
                 try:
                     stats = state.connection.statistics()
-                except RequestError:
+                except RequestError as err:
+                    # a server that died while the pool sent it nothing (others had shorter queues) is noticed
+                    # here, not only by a failing request, so reports and later choices know it is down
+                    if err.status == "UNAVAILABLE":
+                        self.mark_down(state.connection, err.args[0])
                     continue
                 queue = {}
                 for key, now in stats.items():

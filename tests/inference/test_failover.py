@@ -71,7 +71,14 @@ def test_requests_fail_over_to_another_server(tmp_path, demo_repository, rng):
             np.testing.assert_allclose(out["probs"], direct.run("demo_mlp", {"x": x})["probs"], rtol=0, atol=1e-5)
         served = client.counters.as_dict()["demo_mlp"]["servers"]
         assert served.get(first.grpc_url, 0) >= 10 and served[second.grpc_url] > len(xs) / 3, served
+        # the pool knows it is down: from a request that failed on it, or else from the background refresh
+        # (when every request after the crash went to the other server, whose queue was shorter)
+        deadline = time.monotonic() + 10
+        while client.pool.states[0].healthy and time.monotonic() < deadline:
+            client.pool.candidates("demo_mlp")
+            time.sleep(0.05)
         assert not client.pool.states[0].healthy
+        assert client.pool.candidates("demo_mlp") == [client.pool.states[1].connection]
         assert not list(Path("/dev/shm").glob(first.shm_prefix + "*")), "the killed server's stub memory is left"
     finally:
         client.close()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from sonic_hep.framework.inference.servers import ServerPool, ServerState
-from sonic_hep.framework.inference.triton_errors import NoServerError
+from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError
 
 
 @dataclass
@@ -50,4 +50,33 @@ def test_down_and_already_failed_servers_are_skipped():
     assert "model 'm'" in message and "a:1: down (connection refused)" in message
     assert "b:1: failed this request" in message and "c:1: does not have it" in message
     assert "fallback: no local repository" in message
+    pool.close()
+
+
+@dataclass
+class Unreachable(Address):
+    """A server that died: every call fails as gRPC UNAVAILABLE (as ServerConnection reports it)."""
+
+    def statistics(self, model: str = ""):
+        raise RequestError("*", self.address, "UNAVAILABLE", "failed to connect to all addresses", "failover")
+
+
+@dataclass
+class Answering(Address):
+    """A live server: its statistics say one request waited 1 ms in the queue."""
+
+    def statistics(self, model: str = ""):
+        return {("m", "1"): {"requests": 1, "queue_ns": 1_000_000}}
+
+
+def test_the_background_refresh_marks_a_silent_dead_server_down():
+    # a server that died while the pool sent it nothing (another had a shorter queue) fails no request,
+    # so only the refresh can notice; it must then leave the candidates and say why in errors
+    pool = pool_with(("a:1", True, {"m": 0.0}), ("b:1", True, {"m": 0.0}))
+    pool.states[0].connection = Unreachable("a:1")
+    pool.states[1].connection = Answering("b:1")
+    pool._refresh()
+    assert not pool.states[0].healthy and "UNAVAILABLE" in pool.states[0].reason
+    assert pool.states[1].healthy and pool.states[1].queue_ms["m"] == pytest.approx(1.0)
+    assert [c.address for c in pool.candidates("m")] == ["b:1"]
     pool.close()
