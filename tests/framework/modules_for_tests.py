@@ -65,11 +65,17 @@ class TWait(ExternalWork):
     value = Output("int")
     jets = Output("per-event jagged array")
 
+    #: ("acquire" | "produce", event index) in the order they ran, across all instances: tests read how many
+    #: requests were in flight at once (list.append is atomic under the GIL)
+    log: list[tuple[str, int]] = []
+
     def acquire(self, event):
+        TWait.log.append(("acquire", event.index))
         ms = self.ms * (1 + (event.index * 7919 % 5) / 5) if self.jitter else self.ms
         return delayed(event.index, ms / 1000)
 
     def produce(self, event, result):
+        TWait.log.append(("produce", event.index))
         event.put("value", result)
         event.put("jets", np.arange(result % 4, dtype=np.float32) * 1.5)
 
