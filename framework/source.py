@@ -171,11 +171,11 @@ class RootSource:
         tree, plan, branches = self._tree(path)
         entry = start
         try:
-            for arrays in tree.iterate(filter_name=branches, step_size=self.config.chunk_size, entry_start=start,
-                                       entry_stop=stop, library="ak", how=dict):
-                length = len(next(iter(arrays.values()))) if arrays else 0
-                yield self._chunk(path, arrays, plan, entry, length, first_index + entry - start)
-                entry += length
+            # the report gives each chunk's entry range even when no branch is read (then arrays is empty)
+            for arrays, report in tree.iterate(filter_name=branches, step_size=self.config.chunk_size,
+                                               entry_start=start, entry_stop=stop, library="ak", how=dict, report=True):
+                first, entry = report.tree_entry_start, report.tree_entry_stop
+                yield self._chunk(path, arrays, plan, first, entry - first, first_index + first - start)
         except SourceError:
             raise
         except Exception as err:

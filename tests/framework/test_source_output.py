@@ -108,6 +108,19 @@ def test_missing_tree_and_branch_are_named(nano_files):
     assert "FatJet_pt" in str(err.value) and "a.root" in str(err.value)
 
 
+def test_a_job_reading_no_branch_still_gets_every_event(tmp_path):
+    """A file without id branches, and modules that read nothing from it: the chunks still carry their
+    entries (uproot reads no array, so the lengths come from the entry ranges)."""
+    path = tmp_path / "noids.root"
+    with uproot.recreate(path) as f:
+        f["Events"] = {"x": np.arange(25, dtype=np.float32)}
+    out = tmp_path / "out.root"
+    result = run({"source": {"files": [str(path)], "chunk_size": 10, "first_entry": 3},
+                  "modules": {"r": {"type": "TRandom"}}, "output": {"file": str(out)}})
+    assert result.events == 22
+    assert len(uproot.open(out)["Events"]["r_value"].array(library="np")) == 22
+
+
 def test_rntuple_source(tmp_path):
     path = tmp_path / "rntuple.root"
     columns = make_events(30, seed=5)
