@@ -13,6 +13,7 @@ A stage with nothing to do (no hits, no edges) answers without a request, the sa
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, Optional
 
 import numpy as np
@@ -24,8 +25,6 @@ from .edge_selection import select_edges
 from .features import FEATURES, HIT_FIELDS, hit_features
 from .graph_building import radius_graph
 from .labeling import label_tracks
-
-NO_EDGES = np.zeros((2, 0), dtype=np.int64)
 
 
 class _WorkingPointMixin:
@@ -40,6 +39,14 @@ class _WorkingPointMixin:
         except Exception as err:
             err.add_note(f"while reading the working point of module '{self.label}'")
             raise
+
+
+def request_edge_scores(module: InferenceProducer, event: Any, edges: np.ndarray) -> Future | dict[str, np.ndarray]:
+    """An edge model's request (hit features + edges → a score per edge) for the filter and the GNN;
+    with no edges the empty answer, without a request."""
+    if edges.shape[1] == 0:
+        return {"score": np.zeros(0, dtype=np.float32)}
+    return module.infer({"features": event.get(module.features), "edge_index": edges})
 
 
 class ExaTrkXFeatures(Producer):
@@ -104,10 +111,7 @@ class ExaTrkXEdgeFilter(_WorkingPointMixin, InferenceProducer):
         self.point = self.load_working_point(self.selection, {"cut": self.cut})
 
     def acquire(self, event):
-        edges = event.get(self.edges)
-        if edges.shape[1] == 0:
-            return {"score": np.zeros(0, dtype=np.float32)}
-        return self.infer({"features": event.get(self.features), "edge_index": edges})
+        return request_edge_scores(self, event, event.get(self.edges))
 
     def produce(self, event, result):
         edges, score = select_edges(event.get(self.edges), result["score"], self.point["cut"])
@@ -124,10 +128,7 @@ class ExaTrkXGNN(InferenceProducer):
     score = Output("float32 [edges]: GNN edge score (probability that both hits are on one track)")
 
     def acquire(self, event):
-        edges = event.get(self.edges)
-        if edges.shape[1] == 0:
-            return {"score": np.zeros(0, dtype=np.float32)}
-        return self.infer({"features": event.get(self.features), "edge_index": edges})
+        return request_edge_scores(self, event, event.get(self.edges))
 
     def produce(self, event, result):
         event.put("score", result["score"])
