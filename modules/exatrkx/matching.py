@@ -57,6 +57,15 @@ class MatchCounts:
                 f"{100 * self.duplicate_rate:.2f}% ({self.duplicates}/{self.matched})")
 
 
+def reconstructable_particles(hit_particle: np.ndarray, particle_pt: np.ndarray, particle_primary: np.ndarray,
+                              min_pt: float = 1.0, min_hits: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """``(reconstructable, hits_of_particle)`` per particle: primary, above ``min_pt``, with at least
+    ``min_hits`` hits (``hit_particle`` is 1-based, 0 for noise)."""
+    hits_of_particle = np.bincount(hit_particle, minlength=len(particle_pt) + 1)[1:]
+    reconstructable = (particle_pt > min_pt) & (particle_primary > 0) & (hits_of_particle >= min_hits)
+    return reconstructable, hits_of_particle
+
+
 def match_tracks(labels: np.ndarray, hit_particle: np.ndarray, particle_pt: np.ndarray,
                  particle_primary: np.ndarray, track_pt: np.ndarray, min_pt: float = 1.0,
                  min_hits: int = 3) -> tuple[MatchCounts, np.ndarray]:
@@ -74,8 +83,8 @@ def match_tracks(labels: np.ndarray, hit_particle: np.ndarray, particle_pt: np.n
         ``(counts, reconstructed)``: the event's counts and a bool per particle (double-majority match).
     """
     n_particles, n_tracks = len(particle_pt), len(track_pt)
-    hits_of_particle = np.bincount(hit_particle, minlength=n_particles + 1)[1:]
-    reconstructable = (particle_pt > min_pt) & (particle_primary > 0) & (hits_of_particle >= min_hits)
+    reconstructable, hits_of_particle = reconstructable_particles(hit_particle, particle_pt, particle_primary,
+                                                                 min_pt, min_hits)
     reconstructed = np.zeros(n_particles, dtype=bool)
     if n_tracks == 0:
         return MatchCounts(reconstructable=int(reconstructable.sum())), reconstructed

@@ -15,7 +15,7 @@ import hist
 import numpy as np
 
 from ...framework import Analyzer, InputTag, Output, Param, Producer
-from .matching import MatchCounts, match_tracks
+from .matching import MatchCounts, match_tracks, reconstructable_particles
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,7 @@ class ExaTrkXTrackMatching(Producer):
         hit_particle = np.asarray(event.get(self.hits).particle, dtype=np.int64)
         counts, reconstructed = match_tracks(event.get(self.hit_track), hit_particle, pt, primary,
                                              event.get(self.candidates)["pt"], self.min_pt, self.min_hits)
-        hits_of_particle = np.bincount(hit_particle, minlength=len(pt) + 1)[1:]
-        reconstructable = (pt > self.min_pt) & (primary > 0) & (hits_of_particle >= self.min_hits)
+        reconstructable, _ = reconstructable_particles(hit_particle, pt, primary, self.min_pt, self.min_hits)
         event.put("counts", counts.as_dict())
         event.put("particle_status", {"pt": pt.astype(np.float32), "eta": np.asarray(particles.eta, np.float32),
                                       "reconstructable": reconstructable.astype(np.int8),
