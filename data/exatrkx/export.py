@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ...framework.inference.repository import TensorSpec, write_model
+from ...framework.inference.repository import TensorSpec, add_tensors, write_model
 from ...modules.exatrkx.features import FEATURES
 
 F = len(FEATURES)
@@ -59,18 +59,11 @@ ENSEMBLE_STEPS = [
 ENSEMBLE_OUTPUTS = [TensorSpec("labels", "INT64", (-1,))]
 
 
-def _add_tensors(config: mc.ModelConfig, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
-    for spec in inputs:
-        config.input.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
-    for spec in outputs:
-        config.output.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
-
-
 def write_python_model(repository: Path, name: str, parameters: dict[str, Any]) -> Path:
     """A python-backend entry whose ``model.py`` is the stage class of :mod:`sonic_hep.modules.exatrkx.serving`."""
     cls, inputs, outputs = PYTHON_MODELS[name]
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
-    _add_tensors(config, inputs, outputs)
+    add_tensors(config, inputs, outputs)
     for key, value in parameters.items():
         config.parameters[key].string_value = str(value)
     config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
@@ -86,7 +79,7 @@ def write_python_model(repository: Path, name: str, parameters: dict[str, Any]) 
 def write_ensemble(repository: Path, name: str = "exatrkx_pipeline") -> Path:
     """The ensemble chaining all six stages (its version directory holds only a note: Triton needs it)."""
     config = mc.ModelConfig(name=name, platform="ensemble", max_batch_size=0)
-    _add_tensors(config, [FEATURES_SPEC], ENSEMBLE_OUTPUTS)
+    add_tensors(config, [FEATURES_SPEC], ENSEMBLE_OUTPUTS)
     for model, inputs, outputs in ENSEMBLE_STEPS:
         step = config.ensemble_scheduling.step.add(model_name=model, model_version=-1)
         step.input_map.update(inputs)

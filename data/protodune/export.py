@@ -22,7 +22,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ...framework.inference.repository import TensorSpec, write_model
+from ...framework.inference.repository import TensorSpec, add_tensors, write_model
 from .model import CLASSES, INPUT, OUTPUTS, PATCH
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -53,13 +53,7 @@ def write_gpu_entry(cpu_entry: Path = MODELS / "protodune" / NAME, repository: P
     labels = model_dir / f"{OUTPUTS[0]}_labels.txt"
     labels.write_text("\n".join(CLASSES) + "\n")
     config = mc.ModelConfig(name=NAME, backend="python", max_batch_size=MAX_BATCH)
-    for spec in INPUTS:
-        config.input.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
-    for spec in OUTPUT_SPECS:
-        out = config.output.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype),
-                                dims=list(spec.dims))
-        if spec.labels:
-            out.label_filename = spec.labels
+    add_tensors(config, INPUTS, OUTPUT_SPECS)
     config.dynamic_batching.SetInParent()
     config.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_GPU)
     config.parameters["precision"].string_value = precision

@@ -219,6 +219,20 @@ class ModelRepository:
         return self._cache[name]
 
 
+def add_tensors(config: mc.ModelConfig, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> dict[str, mc.ModelOutput]:
+    """Declares ``inputs`` and ``outputs`` in a model config (an output's ``labels`` becomes its label
+    file); returns the output entries by name. Every repository entry the project writes uses it."""
+    for spec in inputs:
+        config.input.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
+    declared = {}
+    for spec in outputs:
+        declared[spec.name] = config.output.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype),
+                                                dims=list(spec.dims))
+        if spec.labels:
+            declared[spec.name].label_filename = spec.labels
+    return declared
+
+
 def write_model(repository: str | os.PathLike, name: str, onnx_model: bytes | str | os.PathLike,
                 inputs: list[TensorSpec], outputs: list[TensorSpec], max_batch_size: int,
                 preferred_batch_sizes: tuple[int, ...] = (), max_queue_delay_us: int = 0, instance_count: int = 1,
@@ -246,15 +260,12 @@ def write_model(repository: str | os.PathLike, name: str, onnx_model: bytes | st
     data = onnx_model if isinstance(onnx_model, bytes) else Path(onnx_model).read_bytes()
     target.write_bytes(data)
     config = mc.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=max_batch_size)
-    for spec in inputs:
-        config.input.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype), dims=list(spec.dims))
-    for spec in outputs:
-        out = config.output.add(name=spec.name, data_type=mc.DataType.Value("TYPE_" + spec.datatype),
-                                dims=list(spec.dims))
-        if labels and spec.name in labels:
-            filename = f"{spec.name}_labels.txt".replace("/", "_").replace(":", "_")
-            (model_dir / filename).write_text("\n".join(labels[spec.name]) + "\n")
-            out.label_filename = filename
+    declared = add_tensors(config, inputs, outputs)
+    for output, classes in (labels or {}).items():
+        if output in declared:
+            filename = f"{output}_labels.txt".replace("/", "_").replace(":", "_")
+            (model_dir / filename).write_text("\n".join(classes) + "\n")
+            declared[output].label_filename = filename
     if max_batch_size > 0:
         config.dynamic_batching.preferred_batch_size.extend(preferred_batch_sizes)
         config.dynamic_batching.max_queue_delay_microseconds = max_queue_delay_us
