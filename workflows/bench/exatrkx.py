@@ -144,7 +144,7 @@ def markdown(results: dict[str, Any]) -> str:
                      "server's queue + compute time per event (Triton statistics).\n")
     for r in runs:
         lines.append(f"- {TITLES[r['run']]}: {r['events_per_s']:.1f} events/s; {MatchCounts(**r['counts']).summary(1.0)}")
-    lines.append(f"\nTrack labels identical to direct, hit by hit: "
+    lines.append(f"\nTrack labels identical to {TITLES[runs[0]['run']]}, hit by hit: "
                  + ", ".join(f"{TITLES[k]}: {'yes' if v else 'NO'}" for k, v in results["labels_equal"].items()))
     return "\n".join(lines) + "\n"
 
