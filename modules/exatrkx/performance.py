@@ -1,7 +1,7 @@
 """Physics performance of the pipeline against the simulation truth: efficiency, fake and duplicate rates.
 
 ``ExaTrkXTrackMatching`` matches each event's candidates to its particles (:mod:`.matching`) and puts
-the counts (written to the output tree, so any job's file can be re-summarised);
+the counts (written to the output tree, so any job's file can be re-summarised: :func:`summed_counts`);
 ``ExaTrkXPerformance`` sums them over the job, fills efficiency-vs-pT/η histograms and logs the
 rates at the end of the job.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import hist
 import numpy as np
@@ -18,6 +19,13 @@ from ...framework import Analyzer, InputTag, Output, Param, Producer
 from .matching import MatchCounts, match_tracks, reconstructable_particles
 
 log = logging.getLogger(__name__)
+
+
+def summed_counts(tree: Any, collection: str = "Matching") -> MatchCounts:
+    """The matching counts of an output tree summed over its events (``configs/exatrkx.yaml`` writes
+    them as the ``Matching_*`` branches: ``matching:counts as Matching``)."""
+    return MatchCounts(**{name: int(tree[f"{collection}_{name}"].array(library="np").sum())
+                          for name in MatchCounts().as_dict()})
 
 
 class ExaTrkXTrackMatching(Producer):

@@ -10,20 +10,14 @@ import uproot
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import ConfigError
-from sonic_hep.modules.exatrkx.matching import MatchCounts
+from sonic_hep.modules.exatrkx.performance import summed_counts
 
 from .conftest import EVENTS
 
 
-def summed_counts(path) -> MatchCounts:
-    with uproot.open(path) as file:
-        tree = file["Events"]
-        return MatchCounts(**{name: int(tree[f"Matching_{name}"].array(library="np").sum())
-                              for name in MatchCounts().as_dict()})
-
-
 def test_physics_goals_on_held_out_events(direct_run):
-    counts = summed_counts(direct_run.output)
+    with uproot.open(direct_run.output) as file:
+        counts = summed_counts(file["Events"])
     assert counts.reconstructable > 100 * EVENTS  # a real sample, not a handful of particles
     assert counts.efficiency >= 0.90, counts.summary(1.0)
     assert counts.fake_rate <= 0.05, counts.summary(1.0)

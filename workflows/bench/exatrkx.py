@@ -33,6 +33,7 @@ import uproot
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...modules.exatrkx.matching import MatchCounts
+from ...modules.exatrkx.performance import summed_counts
 from ._machine import CoreSplit, machine_description
 from ._samples import generated_input
 
@@ -88,8 +89,7 @@ def read_output(path: str) -> tuple[np.ndarray, MatchCounts]:
     with uproot.open(path) as file:
         tree = file["Events"]
         labels = tree["HitTrack"].array(library="np")
-        counts = MatchCounts(**{name: int(tree[f"Matching_{name}"].array(library="np").sum())
-                                for name in MatchCounts().as_dict()})
+        counts = summed_counts(tree)
     flat = np.concatenate(list(labels)) if len(labels) else np.zeros(0, np.int64)
     return flat, counts
 
