@@ -76,9 +76,12 @@ class TritonPythonModel:
             try:
                 outputs = self._run(list(wanted), [arrays for _, arrays in members])
             except Exception as err:  # noqa: BLE001 - onnxruntime errors have no common base; report per request
-                error = pb_utils.TritonError(f"model {self.name!r}: onnxruntime failed: {err}")
+                message = f"model {self.name!r}: onnxruntime failed: {err}"
                 for index, _ in members:
-                    responses[index] = pb_utils.InferenceResponse(error=error)
+                    # a TritonError of its own per response: one object shared by the responses of a
+                    # batched execution is freed once per response by the stub, which garbles the texts
+                    # and crashes the server under concurrency (issue 11)
+                    responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
                 continue
             for (index, _), values in zip(members, outputs):
                 tensors = [from_numpy(pb_utils, name, np.asarray(value, dtype=self.output_types[name]))

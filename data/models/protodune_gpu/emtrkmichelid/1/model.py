@@ -107,8 +107,10 @@ class TritonPythonModel:
             em, michel = self.net(torch.cat(codes) if len(codes) > 1 else codes[0])
             em, michel = em.cpu(), michel.cpu()
         except Exception as err:  # noqa: BLE001 - reported per request, the server keeps running
-            error = pb_utils.TritonError(f"model {self.name!r}: {type(err).__name__}: {err}")
-            return [pb_utils.InferenceResponse(error=error) for _ in requests]
+            message = f"model {self.name!r}: {type(err).__name__}: {err}"
+            # one TritonError per response: an error object shared by several responses crashes the
+            # pip Triton 2.51 under concurrency and garbles the messages (issue 11)
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
         responses = []
         for em_part, michel_part in zip(torch.split(em, sizes), torch.split(michel, sizes)):
             tensors = [pb_utils.Tensor.from_dlpack("em_trk_none", dlpack.to_dlpack(em_part.contiguous())),
