@@ -24,11 +24,14 @@ def test_empty_job_merges_and_tampered_outputs_are_refused(tmp_path, inputs):
     assert_same_events(tmp_path / "merged.root", single_run(config, files, tmp_path / "single.root"))
 
     shutil.copy(task.files(2).output, task.files(0).output)  # a valid ROOT file, but not job 0's
-    with pytest.raises(IncompleteTask, match=r"job 0: .* holds \d+ entries, the job reported \d+"):
+    with pytest.raises(IncompleteTask, match=r"job 0: .*holds all entries of in1.root, but job 0 was asked for "
+                                              r"all entries of in0.root"):
         merge(task, tmp_path / "again.root")
     data = task.files(2).output.read_bytes()
     task.files(2).output.write_bytes(data[: len(data) // 2])  # truncated, as by a full disk
     with pytest.raises(IncompleteTask) as refused:
         merge(task, tmp_path / "again.root")
-    assert "job 2: output does not validate" in str(refused.value) and "2 of 3 jobs" in str(refused.value)
+    assert "job 2: failed (output changed since done: output.root changed after the job was marked done: " \
+        f"{len(data) // 2} bytes, {len(data)} recorded" in str(refused.value) and "2 of 3 jobs" in str(refused.value)
+    assert "\n" not in str(refused.value)
     assert not (tmp_path / "again.root").exists()

@@ -1,6 +1,10 @@
 """``sonic status DIR``: each job's state (pending, running, done, failed with the reason and the log's
 last lines) and a summary of the jobs' timing (events/s, CPU per event, wait on inference).
 
+A done job whose output changed since it was marked done (removed, rewritten, corrupted) is listed
+as failed with what changed; ``--verify`` recomputes every done output's sha256 to find changes that
+kept the file's size and time.
+
 Exit status: 0 when no job has failed, 1 when some have (or the task cannot be read).
 """
 
@@ -32,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the states and the timing summary as JSON")
     parser.add_argument("--failed", action="store_true", help="list only jobs that are not done")
     parser.add_argument("--log-lines", type=int, default=8, metavar="N", help="log lines shown per failed job")
+    parser.add_argument("--verify", action="store_true",
+                        help="recompute each done output's sha256 against the one recorded when it was marked done")
     parser.add_argument("--wait", action="store_true", help="wait until no job is pending or running")
     parser.add_argument("--timeout", type=float, metavar="S", help="with --wait: give up after S seconds")
     parser.add_argument("--interval", type=float, default=1.0, metavar="S", help="with --wait: poll every S seconds")
@@ -42,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     task = Task(args.directory)
     if args.wait:
         grid_status.wait(task, interval=args.interval, timeout=args.timeout)
-    statuses, warnings = grid_status.collect(task, log_lines=args.log_lines)
+    statuses, warnings = grid_status.collect(task, log_lines=args.log_lines, verify=args.verify)
     for warning in warnings:
         print(f"sonic: warning: {warning}", file=sys.stderr)
     if args.json:

@@ -6,8 +6,10 @@ One process per job, the same on every executor:
 2. opens every input file, so an unreadable one is reported by name for this job;
 3. runs the job's recorded ``sonic run`` arguments in this process (so killing the job kills all
    of it; the framework writes the output under a temporary name and renames it only at the end);
-4. validates the result — the output opens, its tree holds as many entries as the job wrote, and
-   the job processed exactly the events its entry range holds — and only then writes ``done``.
+4. validates the result — the output opens, its tree holds as many entries as the job wrote, its
+   metadata name this job's inputs and entry range, and the job processed exactly the events its
+   entry range holds — and only then writes ``done``, with the output's sha256, size and time
+   (``integrity``: ``merge`` refuses an output changed since, ``status`` reports it).
 
 A failure writes ``failed`` with the reason; SIGTERM (``scancel``, ``condor_rm``, a wall-time
 limit) is reported as such. A SIGKILL leaves ``running`` behind, which ``status`` turns into
@@ -33,6 +35,8 @@ from pathlib import Path
 from ...framework.errors import SonicError, SourceError
 from ...framework.source import _open_tree
 from .errors import GridError
+from .integrity import Seal, spec_mismatch
+from .job_folders import job_writes
 from .records import JobReport, Submission, read_json
 from .splitting import JobSpec
 from .task import JobFiles, Task, TaskDescription, job_arguments
@@ -111,7 +115,8 @@ def run_sonic(args: list[str]) -> None:
         raise GridError(f"sonic {args[0]} exited with status {code}")
 
 
-def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: list[str], tree: str) -> int:
+def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: list[str], tree: str,
+            sandbox: bool = False) -> int:
     """Runs one job attempt and writes its report; returns the exit status."""
     submission = Submission.load(files.submission)
     attempt = submission.attempt if submission else 1
@@ -145,7 +150,8 @@ def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: 
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        run_sonic(args)
+        with job_writes(files.output, files.timing):  # its own job folder: refused to anyone else
+            run_sonic(args)
     except BaseException as err:  # noqa: BLE001 - every way a job can end is reported, then it exits
         if terminated:  # the framework turns the unwinding into its own Interrupted error
             return finish("failed", 128 + signal.SIGTERM, "terminated by SIGTERM (batch system stop or time limit)")
@@ -168,11 +174,16 @@ def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: 
         processed = int(timing.get("events", -1))
         if processed != expected:
             raise GridError(f"processed {processed} events, but its entry range holds {expected}")
+        wrong = spec_mismatch(spec, check.metadata)
+        if wrong:
+            raise GridError(wrong)
+        seal = Seal.of(files.output)
     except GridError as err:
         if files.output.exists():
             files.output.replace(files.output.with_name(files.output.name + ".rejected"))
         return finish("failed", EXIT_INVALID, f"output rejected: {err}")
-    return finish("done", EXIT_DONE, events=processed, written=check.entries, output_bytes=check.size,
+    return finish("done", EXIT_DONE, events=processed, written=check.entries, output_bytes=seal.output_bytes,
+                  sha256=seal.sha256, output_mtime_ns=seal.output_mtime_ns, sandbox=sandbox,
                   timing=timing_summary(timing))
 
 
@@ -211,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         task = Task(args.directory)
         spec, sonic_args = task.spec(index)
         files, description, tree = task.files(index), task.description, _tree(task.directory / "config.yaml")
-    code = run_job(files, description, spec, sonic_args, tree)
+    code = run_job(files, description, spec, sonic_args, tree, sandbox=args.sandbox)
     if args.sandbox:  # HTCondor holds a job whose listed outputs are missing; state.json says it failed
         for path in (files.output, files.timing):
             path.touch(exist_ok=True)

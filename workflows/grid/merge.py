@@ -1,6 +1,9 @@
 """``sonic merge``: the job outputs of a finished task as one ROOT file, like ``hadd``, with uproot.
 
-Refuses unless every job is done and every output validates (entry count = events the job wrote).
+Refuses unless every job is done and every output validates: entry count = events the job wrote,
+its metadata name the inputs and entry range the job was asked for, and its sha256 is the one
+recorded when the job was marked done (:mod:`integrity`: a swapped or corrupted output is refused,
+naming the job and what differs). The merged file may not lie inside the task's job folders.
 Event trees are concatenated in job order — the order of the entries in the inputs — so the result
 equals one process run over all inputs; histograms (the Analyzers' ``hist`` objects) are summed.
 NanoAOD-style collections keep their layout: branches ``X_field`` that share the counter ``nX`` are
@@ -23,6 +26,8 @@ import uproot
 
 from ...framework.output import compression as parse_compression
 from .errors import GridError, IncompleteTask
+from .integrity import seal_mismatch, spec_mismatch
+from .job_folders import refuse_task_path
 from .status import collect
 from .task import Task
 from .validation import check_output
@@ -81,7 +86,8 @@ def check_complete(task: Task, tree: str) -> list[tuple[int, str, int]]:
     """Every job's validated output, in job order: (index, path, entries).
 
     Raises:
-        IncompleteTask: listing each job that is not done or whose output does not validate.
+        IncompleteTask: one line naming each job that is not done or whose output is not the one it
+            wrote (does not validate, holds another job's entries, changed since it was marked done).
     """
     statuses, _ = collect(task, log_lines=0)
     problems = [f"job {s.index}: {s.state}" + (f" ({s.reason})" if s.reason else "")
@@ -90,22 +96,33 @@ def check_complete(task: Task, tree: str) -> list[tuple[int, str, int]]:
     for s in statuses:
         if s.state != "done":
             continue
-        path = task.files(s.index).output
-        try:
-            check = check_output(path, tree)
-        except GridError as err:
-            problems.append(f"job {s.index}: output does not validate: {err}")
+        problem = _output_problem(task, s.index, s.report, tree)
+        if problem:
+            problems.append(f"job {s.index}: {problem}")
             continue
-        if check.entries != s.report.written:
-            problems.append(f"job {s.index}: {path} holds {check.entries} entries, the job reported {s.report.written}")
-            continue
-        outputs.append((s.index, str(path), check.entries))
+        outputs.append((s.index, str(task.files(s.index).output), int(s.report.written)))
     if problems:
-        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
         raise IncompleteTask(f"cannot merge {task.directory}: {len(problems)} of {task.njobs} jobs are not "
-                             f"complete (see `sonic status {task.directory}`, `sonic resubmit {task.directory}`):\n  "
-                             + "\n  ".join(shown))
+                             f"complete: {'; '.join(' '.join(p.split()) for p in shown)} (see `sonic status "
+                             f"{task.directory}`, `sonic resubmit {task.directory}`)")
     return outputs
+
+
+def _output_problem(task: Task, index: int, report: Any, tree: str) -> str | None:
+    """What is wrong with a done job's output, or None: it validates, is this job's, and is unchanged."""
+    path = task.files(index).output
+    try:
+        check = check_output(path, tree)
+    except GridError as err:
+        return f"output does not validate: {err}"
+    if check.entries != report.written:
+        return f"{path} holds {check.entries} entries, the job reported {report.written}"
+    spec, _ = task.spec(index)
+    wrong = spec_mismatch(spec, check.metadata, sandboxed=report.sandbox)
+    if wrong:
+        return f"{path.name} is not its output: {wrong}"
+    return seal_mismatch(path, report, full=True)
 
 
 def _objects(handle: Any, tree: str) -> Iterator[tuple[str, Any]]:
@@ -122,8 +139,10 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
 
     Raises:
         IncompleteTask: a job is not done or its output does not validate.
-        GridError: the outputs have different branches, or the merged count does not add up.
+        GridError: the outputs have different branches, the merged count does not add up, or
+            ``output`` lies inside a task's job folders.
     """
+    refuse_task_path(output, "merge --output")
     outputs = check_complete(task, tree)
     target = os.path.abspath(output)
     tmp = f"{target}.tmp-{os.getpid()}"

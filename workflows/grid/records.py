@@ -80,6 +80,9 @@ class JobReport:
         bad_inputs: input files that could not be read, each with its error.
         events, written: events processed and written (done jobs).
         timing: summary of the job's timing report (events/s, CPU, wait on inference).
+        sha256, output_bytes, output_mtime_ns: the output as it was when the job was marked done
+            (``integrity`` compares them later: merge refuses, status reports an output changed since).
+        sandbox: the job ran in an HTCondor sandbox (its inputs were transferred copies).
     """
 
     attempt: int
@@ -96,6 +99,9 @@ class JobReport:
     written: int | None = None
     output_bytes: int | None = None
     timing: dict[str, Any] = field(default_factory=dict)
+    sha256: str | None = None
+    output_mtime_ns: int | None = None
+    sandbox: bool = False
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> JobReport | None:

@@ -1,7 +1,9 @@
 """``sonic status``: every job's state (from its report and the batch system), and a timing summary.
 
 ``collect`` asks each executor about the jobs it holds that have not reported an end, and combines
-the answers with the jobs' reports through :mod:`lifecycle`. Everything else here formats.
+the answers with the jobs' reports through :mod:`lifecycle`. A done job whose output changed after
+it was marked done (removed, rewritten, corrupted: :mod:`integrity`) is shown as failed with what
+changed, so ``resubmit`` redoes it. Everything else here formats.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from .errors import GridError
 from .executors import executor_class
+from .integrity import what_changed
 from .lifecycle import STATES, UNKNOWN, BatchStatus, State, resolve
 from .records import JobReport, Submission
 from .task import Task
@@ -74,10 +77,17 @@ def poll_batch(task: Task, submissions: dict[int, Submission]) -> tuple[dict[int
     return out, warnings
 
 
-def collect(task: Task, log_lines: int = 8) -> tuple[list[JobStatus], list[str]]:
-    """The state of every job, and warnings about batch systems that could not be asked."""
+def collect(task: Task, log_lines: int = 8, verify: bool = False) -> tuple[list[JobStatus], list[str]]:
+    """The state of every job, and warnings about batch systems that could not be asked.
+
+    Args:
+        log_lines: log lines kept per failed job.
+        verify: recompute every done output's sha256 (otherwise only a changed size or time is looked into).
+    """
     submissions = {i: task.submission(i) for i in task.indices}
     reports = {i: task.report(i) for i in task.indices}
+    changed = {i: what_changed(task.files(i).output, lambda i=i: task.spec(i)[0], r, full=verify)
+               for i, r in reports.items() if r is not None and r.state == "done"}
     open_jobs = {i: s for i, s in submissions.items()
                  if s is not None and (reports[i] is None or reports[i].state == "running")}
     batch, warnings = poll_batch(task, open_jobs)
@@ -85,7 +95,10 @@ def collect(task: Task, log_lines: int = 8) -> tuple[list[JobStatus], list[str]]
     for index in task.indices:
         sub, report = submissions[index], reports[index]
         reported = report.state if report else "none"
-        state, reason = resolve(sub is not None, reported, batch.get(index, UNKNOWN), report.reason if report else "")
+        reason = report.reason if report else ""
+        if changed.get(index):  # the done output is no longer what the job wrote: it must be redone
+            reported, reason = "failed", f"output changed since done: {changed[index]}"
+        state, reason = resolve(sub is not None, reported, batch.get(index, UNKNOWN), reason)
         tail = task.log_tail(index, log_lines) if state == "failed" and log_lines else []
         statuses.append(JobStatus(index, state, reason, sub, report, tail))
     return statuses, warnings
