@@ -16,6 +16,7 @@ from typing import Any
 
 from ...framework import config as cfgmod
 from ...framework.process import Process
+from .batch_text import plain
 from .errors import GridError, PartialSubmission
 from .executors import executor_class
 from .executors.base import parse_options
@@ -85,6 +86,8 @@ def split(request: SubmitRequest, config: cfgmod.ProcessConfig) -> tuple[list[st
 
 def prepare(request: SubmitRequest) -> Task:
     """The task directory for ``request``: created, or the existing one if it describes the same task."""
+    plain(request.output_dir, "task directory")  # batch scripts carry it: refused before anything is read
+    plain(os.getcwd(), "working directory")
     parse_options(executor_class(request.executor), request.executor_options)  # a typo fails before any file
     config_path = cfgmod.resolve_config_path(request.config)
     config = cfgmod.load(config_path, request.overrides)

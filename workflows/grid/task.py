@@ -7,7 +7,7 @@
       config.yaml            the configuration as it was at submission (overrides applied)
       jobs/0007/
         job.json             this job's inputs and entry range, and its exact ``sonic run`` arguments
-        command.sh           the same command, runnable by hand
+        command.sh           the job wrapper for this job, runnable by hand (and the ``sonic run`` it runs)
         submit.json          attempt, executor, batch id, earlier attempts  (records.Submission)
         state.json           running / done / failed, reported by the job  (records.JobReport)
         job.log              the job's output, one header per attempt
@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from ...framework.process import software_version
+from .batch_text import plain
 from .errors import GridError
 from .records import JobReport, Submission, read_json, write_json
 from .splitting import JobSpec
@@ -115,7 +116,9 @@ class Task:
     def create(cls, directory: str | os.PathLike, description: TaskDescription, config_raw: dict[str, Any],
                jobs: list[JobSpec]) -> Task:
         """Writes a new task directory (configuration, per-job descriptions and commands)."""
+        plain(str(directory), "task directory")  # it is written into batch scripts
         root = Path(directory).resolve()
+        plain(description.workdir, "working directory")
         if (root / "task.json").exists():
             raise GridError(f"{root} already holds a task")
         (root / "jobs").mkdir(parents=True, exist_ok=True)
@@ -129,7 +132,7 @@ class Task:
             files.directory.mkdir(exist_ok=True)
             args = job_arguments(description, root / "config.yaml", spec, files)
             write_json(files.spec, {**asdict(spec), "sonic_args": args})
-            files.command.write_text(command_script(description, args, spec))
+            files.command.write_text(command_script(description, args, spec, root))
             files.command.chmod(0o755)
         write_json(root / "task.json", task_json)  # last: a directory with task.json is complete
         return cls(root)
@@ -206,8 +209,9 @@ def job_arguments(description: TaskDescription, config: Path, spec: JobSpec, fil
     args = ["run", str(config)]
     if spec.inputs:
         args += ["--input", *spec.inputs]
-    args += ["--output", str(files.output), "--first-entry", str(spec.first_entry),
-             "--max-events", str(spec.max_events)]
+    args += ["--output", str(files.output), "--first-entry", str(spec.first_entry)]
+    if spec.max_events >= 0:  # otherwise: to the end of its inputs
+        args += ["--max-events", str(spec.max_events)]
     if description.inference:
         args += ["--inference", description.inference]
     for server in description.servers:
@@ -216,10 +220,12 @@ def job_arguments(description: TaskDescription, config: Path, spec: JobSpec, fil
     return args
 
 
-def command_script(description: TaskDescription, args: list[str], spec: JobSpec) -> str:
-    """A shell script that runs the job's ``sonic run`` by hand (what the job wrapper runs)."""
+def command_script(description: TaskDescription, args: list[str], spec: JobSpec, directory: Path) -> str:
+    """A shell script that runs the job by hand: the job wrapper, which runs ``sonic ARGS`` (shown in a
+    comment) and records the job's state — ``sonic run`` alone may not write into a job folder."""
     what = (f"{len(spec.inputs)} file(s)" if spec.inputs else "generated events") + \
         (f", entries {spec.first_entry}..{spec.first_entry + spec.max_events - 1}" if spec.max_events >= 0 else "")
-    return (f"#!/bin/sh\n# job {spec.index} of task {description.name!r}: {what}\n"
+    runs = shlex.join(["sonic", *args]).replace("\n", " ")
+    return (f"#!/bin/sh\n# job {spec.index} of task {description.name!r}: {what}\n# runs: {runs}\n"
             f"cd {shlex.quote(description.workdir)} || exit 1\n"
-            f"exec {shlex.join([description.python, '-m', 'sonic_hep.workflows.cli', *args])}\n")
+            f"exec {shlex.join([description.python, '-m', 'sonic_hep.workflows.grid.job', str(directory), str(spec.index)])}\n")

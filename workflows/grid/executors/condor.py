@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SubmitError
+from ..batch_text import classad_string, condor_arguments, condor_text, job_name, plain, submit_key, submit_value
+from ..errors import GridError, SubmitError
 from ..lifecycle import BatchStatus
 from .base import Executor
 from .slurm import _config_threads
@@ -49,32 +50,48 @@ class CondorExecutor(Executor):
     name = "condor"
     Options = CondorOptions
 
+    def __init__(self, task: Any, options: dict[str, Any] | None = None):
+        super().__init__(task, options)
+        opts: CondorOptions = self.options  # refused here, before any job is recorded as submitted
+        for option in ("requirements", "request_memory", "request_disk", "concurrency_limits", "accounting_group",
+                       "schedd"):
+            submit_value(getattr(opts, option), f"condor option {option}")
+        for key, value in opts.extra.items():
+            submit_key(key, "condor option extra")
+            submit_value(str(value), f"condor option extra {key}")
+
     # -- the description -----------------------------------------------------------------------------
     def description(self, max_running: int | None) -> dict[str, str]:
         """The submit commands (the per-job values come from ``itemdata``)."""
         opts: CondorOptions = self.options
         task = self.task
-        logs = task.directory / "logs"
+        directory = condor_text(str(task.directory), "task directory")
+        logs = f"{directory}/logs"
         desc = {
             "universe": "vanilla",
-            "executable": task.description.python,
+            "executable": condor_text(task.description.python, "python interpreter"),
             "transfer_executable": "false",
             "getenv": "true",
-            "batch_name": f"sonic-{task.name}",
+            "batch_name": job_name(f"sonic-{task.name}"),
             "output": f"{logs}/condor-$(ClusterId).$(ProcId).out",
             "error": f"{logs}/condor-$(ClusterId).$(ProcId).err",
             "log": f"{logs}/condor-$(ClusterId).log",
-            "request_cpus": str(opts.request_cpus or _config_threads(task)),
+            "request_cpus": str(int(opts.request_cpus or _config_threads(task))),
             "request_memory": opts.request_memory,
-            "max_retries": str(task.description.max_retries),
+            "max_retries": str(int(task.description.max_retries)),
             "retry_until": "ExitCode == 2",
             "when_to_transfer_output": "ON_EXIT",
-            "+SonicTask": f'"{task.directory}"',
+            "job_dir": f"{directory}/jobs/$INT(job_index,%04d)",
+            "+SonicTask": classad_string(directory, "task directory"),
             "+SonicJobIndex": "$(job_index)",
         }
         if opts.transfer:
+            if ";" in directory or "=" in directory:
+                raise GridError(f"task directory {directory!r} holds ';' or '=', which HTCondor's "
+                                f"transfer_output_remaps cannot carry; choose another --output-dir for -E transfer=true")
             desc.update({
-                "arguments": "-m sonic_hep.workflows.grid.job . $(job_index) --sandbox",
+                "arguments": condor_arguments(["-m", "sonic_hep.workflows.grid.job", ".", "$(job_index)", "--sandbox"],
+                                              "job command"),
                 "initialdir": "$(job_dir)",
                 "should_transfer_files": "YES",
                 "transfer_input_files": "$(transfer_inputs)",
@@ -83,12 +100,13 @@ class CondorExecutor(Executor):
             })
         else:
             desc.update({
-                "arguments": f"-m sonic_hep.workflows.grid.job {task.directory} $(job_index)",
-                "initialdir": task.description.workdir,
+                "arguments": condor_arguments(["-m", "sonic_hep.workflows.grid.job", directory, "$(job_index)"],
+                                              "job command"),
+                "initialdir": condor_text(task.description.workdir, "working directory"),
                 "should_transfer_files": "IF_NEEDED",
             })
         if max_running:
-            desc["max_materialize"] = str(max_running)
+            desc["max_materialize"] = str(int(max_running))
         for key, value in (("requirements", opts.requirements), ("request_disk", opts.request_disk),
                            ("concurrency_limits", opts.concurrency_limits),
                            ("accounting_group", opts.accounting_group)):
@@ -98,17 +116,26 @@ class CondorExecutor(Executor):
         return desc
 
     def itemdata(self, indices: list[int]) -> list[dict[str, str]]:
-        """One item per job: its index, its directory, and (transfer mode) the files it needs."""
+        """One item per job: its index and (transfer mode) the files it needs (``job_dir`` follows from the index).
+
+        Raises:
+            GridError: a file to transfer whose name holds a comma or a control character (it would
+                split HTCondor's comma-separated list).
+        """
         items = []
         for index in indices:
-            files = self.task.files(index)
-            item = {"job_index": str(index), "job_dir": str(files.directory)}
+            item = {"job_index": str(int(index))}
             if self.options.transfer:
+                files = self.task.files(index)
                 spec, _ = self.task.spec(index)
                 local = [p for p in spec.inputs if "://" not in p]
-                item["transfer_inputs"] = ", ".join([str(self.task.directory / "task.json"),
-                                                     str(self.task.directory / "config.yaml"),
-                                                     str(files.spec), str(files.submission), *local])
+                sent = [str(self.task.directory / "task.json"), str(self.task.directory / "config.yaml"),
+                        str(files.spec), str(files.submission), *local]
+                for path in sent:
+                    if "," in plain(path, f"file to transfer for job {index}"):
+                        raise GridError(f"file to transfer for job {index} {path!r} holds a comma, which HTCondor "
+                                        f"reads as a list separator; rename it")
+                item["transfer_inputs"] = ", ".join(condor_text(p, "file to transfer") for p in sent)
             items.append(item)
         return items
 

@@ -12,12 +12,12 @@ for jobs squeue has forgotten; without accounting, a job Slurm no longer knows h
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass, field
 
 import yaml
 
+from ..batch_text import job_name, plain, sbatch_option, sbatch_value, shell_words
 from ..errors import PartialSubmission, SubmitError
 from ..lifecycle import BatchStatus
 from ..task import Task
@@ -61,24 +61,38 @@ class SlurmExecutor(Executor):
     name = "slurm"
     Options = SlurmOptions
 
+    def __init__(self, task: Task, options: dict | None = None):
+        super().__init__(task, options)
+        opts: SlurmOptions = self.options  # refused here, before any job is recorded as submitted
+        for option in ("partition", "time", "mem", "account", "qos"):
+            sbatch_value(getattr(opts, option), f"slurm option {option}")
+        for extra in opts.extra:
+            sbatch_option(extra, "slurm option extra")
+
     def script(self, indices: list[int], offset: int, max_running: int | None) -> str:
-        """The batch script of one array (job index = array index + offset)."""
+        """The batch script of one array (job index = array index + offset).
+
+        Every value is checked and quoted (:mod:`..batch_text`): a name or path with a line break is
+        refused, the job name is sanitised, a path with spaces stays one value.
+        """
         opts: SlurmOptions = self.options
         task = self.task
+        directory = plain(str(task.directory), "task directory")
         array = compress([i - offset for i in indices]) + (f"%{max_running}" if max_running else "")
         cpus = opts.cpus_per_task or _config_threads(task)
-        lines = ["#!/bin/bash", f"#SBATCH --job-name=sonic-{task.name}", f"#SBATCH --array={array}",
-                 f"#SBATCH --output={task.directory}/logs/slurm-%A_%a.out",
-                 f"#SBATCH --chdir={task.description.workdir}", f"#SBATCH --cpus-per-task={cpus}",
-                 "#SBATCH --ntasks=1"]
+        lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name('sonic-' + task.name)}", f"#SBATCH --array={array}",
+                 f"#SBATCH --output={sbatch_value(f'{directory}/logs/slurm-%A_%a.out', 'task directory')}",
+                 f"#SBATCH --chdir={sbatch_value(task.description.workdir, 'working directory')}",
+                 f"#SBATCH --cpus-per-task={int(cpus)}", "#SBATCH --ntasks=1"]
         for option, value in (("partition", opts.partition), ("time", opts.time), ("mem", opts.mem),
                               ("account", opts.account), ("qos", opts.qos)):
             if value:
-                lines.append(f"#SBATCH --{option}={value}")
-        lines += [f"#SBATCH {extra}" for extra in opts.extra]
-        command = self.job_command("$SLURM_ARRAY_TASK_ID", "--offset", str(offset))
-        lines += ["", f"# task {task.directory}: jobs {compress(indices)}",
-                  "exec " + shlex.join(command).replace("'$SLURM_ARRAY_TASK_ID'", '"$SLURM_ARRAY_TASK_ID"'), ""]
+                lines.append(f"#SBATCH --{option}={sbatch_value(value, f'slurm option {option}')}")
+        lines += [f"#SBATCH {sbatch_option(extra, 'slurm option extra')}" for extra in opts.extra]
+        python, module, name = self.job_command("")[:3]
+        lines += ["", f"# task {directory}: jobs {compress(indices)}",
+                  f"exec {shell_words([python, module, name, directory], 'job command')} \"$SLURM_ARRAY_TASK_ID\" "
+                  f"--offset {int(offset)}", ""]
         return "\n".join(lines)
 
     def submit(self, indices: list[int], max_running: int | None) -> dict[int, str]:
