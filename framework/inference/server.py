@@ -7,22 +7,36 @@
     with TritonServer(["data/models/demo"]) as server:      # free ports, loopback, waits until ready
         print(server.grpc_url)                               # "127.0.0.1:40123"
         ...                                                   # SonicClient(servers=[server.grpc_url])
-    # SIGTERM on exit; the log stays in server.log_path
+    # SIGTERM on exit; a clean stop removes the work folder
 
 Each server gets a work folder holding its runtime repository (checksums verified, agents removed:
 see ``runtime_repository.py``), its backend directory (``triton_install.py``) and its log. Several
-servers run side by side (each chooses its own free ports). gRPC may use TLS (readiness is checked
-over HTTP, which stays plain: bind it to loopback). ``device="cpu"`` hides GPUs from the
+servers run side by side (each chooses its own free ports). ``device="cpu"`` hides GPUs from the
 server (the CPU fallback server); ``"gpu"`` serves models on their configured instance kinds. The
 python that runs python models (and our onnxruntime backend) is selectable: the GPU machine runs its
 own python3.12 with torch, not this environment's.
 
-A server that cannot start raises :class:`InferenceError` with the end of its log.
+Exposure: ``host`` binds gRPC only. HTTP (plain and unauthenticated: Triton has no TLS for it) and
+metrics stay on loopback unless ``http_host`` / ``metrics_host`` ask otherwise; an endpoint that other
+machines reach without TLS is logged as a warning (:meth:`TritonServer.exposure_warnings`). gRPC may
+use TLS, and mutual TLS with ``tls_root_cert`` (clients must show a certificate signed by it).
+:meth:`TritonServer.bound` reads what the process really listens on from the kernel.
+
+Nothing is left behind: the server gets SIGTERM when the process that started it dies, whatever killed
+it and whichever thread started it (``spawner.py``); it runs with umask 077, so its python stubs'
+shared memory is private (0600); a clean stop removes the work folder we made (kept after a failure, or
+with ``keep_workdir`` / ``SONIC_HEP_KEEP_WORKDIR=1``); each new server removes the folders and shared
+memory that servers of dead processes left (``owner.py``).
+
+A server that cannot start raises :class:`InferenceError` with the end of its log; a fixed port that is
+taken raises one line naming the port and, when visible, the process holding it.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
+import json
 import logging
 import os
 import shutil
@@ -30,7 +44,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,12 +54,24 @@ from typing import Any
 
 from ..errors import InferenceError
 from . import runtime_repository
+from .owner import ProcessId, sweep_shared_memory
+from .private_memory import make_private, preload_library
 from .repository import ModelRepository
+from .sockets import bind_problem, is_loopback, listening
+from .spawner import spawn
 from .triton_install import backend_directory, find_install, python_runtime, server_environment
 
 log = logging.getLogger(__name__)
 
 _LIVE: weakref.WeakSet[TritonServer] = weakref.WeakSet()
+_numbers = itertools.count()
+
+#: the work folders we create: ``<temp>/sonic-triton-*``, each with an owner record
+WORKDIR_PREFIX = "sonic-triton-"
+OWNER_FILE = "sonic-owner.json"
+KEEP_ENV = "SONIC_HEP_KEEP_WORKDIR"
+#: python-stub shared memory of our servers: ``sonic_triton_<owner tag>_<n>_...`` (see owner.py)
+STUB_SHM_PATTERN = r"sonic_triton_(?P<tag>\d+-\d+)_"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -56,23 +81,34 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def host_port(host: str, port: int | str) -> str:
+    """``host:port``, with brackets around an IPv6 address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class TritonServer:
     """One ``tritonserver`` process serving model repositories.
 
     Args:
         repository (ModelRepository | list[str]): the project's model repositories.
         models (list[str] | None): models to serve (default: all in the repositories).
-        host (str): address to bind; loopback by default ("0.0.0.0" to serve other machines).
+        host (str): address gRPC binds; loopback by default ("0.0.0.0" to serve other machines).
+        http_host, metrics_host (str): addresses of the plain HTTP and metrics endpoints: loopback
+            whatever ``host`` is, unless given (HTTP inference has no TLS and would bypass it).
         grpc_port, http_port, metrics_port (int | None): ports; None chooses free ones.
         device (str): "cpu" (GPUs hidden) or "gpu".
         python (str | None): interpreter for python models (default: this one).
-        workdir (str | None): folder for the runtime repository, backends and log (default: a new temp folder).
+        workdir (str | None): folder for the runtime repository, backends and log (default: a new temp
+            folder, removed on a clean stop).
+        keep_workdir (bool | None): keep the work folder after a clean stop too (default: true when the
+            ``SONIC_HEP_KEEP_WORKDIR`` environment variable is set; after a failure it is always kept).
         env (dict | None): extra environment for the server (and its python models).
         backends (dict | None): extra python-based backends, ``{name: folder with model.py}``.
         ort_threads (int): onnxruntime intra-op threads per model instance (unless its config says).
         model_control (str): "none" (load everything at start) or "explicit" (load/unload through the API).
         tls_cert, tls_key (str | None): PEM server certificate and key: gRPC over TLS.
-        tls_root_cert (str | None): PEM root certificate of client certificates: mutual TLS.
+        tls_root_cert (str | None): PEM root certificate of client certificates: mutual TLS (a client
+            without a certificate signed by it is refused).
         log_verbose (int): Triton's ``--log-verbose`` level.
         startup_timeout (float): seconds to wait for readiness.
         cpus (Iterable[int] | None): CPU cores the server (and its python stubs) may run on, so that
@@ -80,12 +116,14 @@ class TritonServer:
     """
 
     def __init__(self, repository: ModelRepository | Iterable[str | os.PathLike], *, models: list[str] | None = None,
-                 host: str = "127.0.0.1", grpc_port: int | None = None, http_port: int | None = None,
+                 host: str = "127.0.0.1", http_host: str = "127.0.0.1", metrics_host: str = "127.0.0.1",
+                 grpc_port: int | None = None, http_port: int | None = None,
                  metrics_port: int | None = None, device: str = "cpu", python: str | None = None,
                  workdir: str | os.PathLike | None = None, env: dict[str, str] | None = None,
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, model_control: str = "none",
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | None = None):
+                 tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | None = None,
+                 keep_workdir: bool | None = None):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
         if model_control not in ("none", "explicit"):
@@ -105,12 +143,11 @@ class TritonServer:
         self.repository = repository if isinstance(repository, ModelRepository) else ModelRepository(list(repository))
         self.models = models
         self.host = host
+        self.hosts = {"grpc": host, "http": http_host, "metrics": metrics_host}
         self._fixed_ports = {"grpc": grpc_port, "http": http_port, "metrics": metrics_port}
         self.ports: dict[str, int] = {}
         self.device = device
         self.python = python_runtime(python)
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sonic-triton-"))
         self.extra_env = dict(env or {})
         self.backends = backends
         self.ort_threads = ort_threads
@@ -120,24 +157,56 @@ class TritonServer:
         self.served: list[str] = []
         self.process: subprocess.Popen | None = None
         self._log_file: Any = None
+        self.owner = ProcessId.current()
+        self._shm_prefix = f"sonic_triton_{self.owner.tag}_{next(_numbers)}_"
+        self.keep_workdir = keep_workdir if keep_workdir is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
+        self._own_workdir = workdir is None
+        if workdir is None:
+            sweep_stale_workdirs()
+            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+            self._write_owner()
+        else:
+            self.workdir = Path(workdir)
 
     # -- addresses -------------------------------------------------------------------------------------
+    @staticmethod
+    def _reach(host: str) -> str:
+        """Where a client on this machine connects to an endpoint bound to ``host``."""
+        if host in ("0.0.0.0", ""):
+            return "127.0.0.1"
+        return "::1" if host == "::" else host
+
     @property
     def client_host(self) -> str:
-        """Where clients connect (loopback when the server binds every interface)."""
-        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        """Where clients connect to gRPC (loopback when the server binds every interface)."""
+        return self._reach(self.host)
 
     @property
     def grpc_url(self) -> str:
-        return f"{self.client_host}:{self.ports['grpc']}"
+        return host_port(self.client_host, self.ports["grpc"])
 
     @property
     def http_url(self) -> str:
-        return f"{self.client_host}:{self.ports['http']}"
+        return host_port(self._reach(self.hosts["http"]), self.ports["http"])
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.client_host}:{self.ports['metrics']}/metrics"
+        return f"http://{host_port(self._reach(self.hosts['metrics']), self.ports['metrics'])}/metrics"
+
+    def bound(self) -> dict[str, list[str]]:
+        """``{"grpc": ["0.0.0.0:8001"], "http": [...], "metrics": [...]}``: what the process listens on
+        now, read from the kernel (empty lists when it does not run)."""
+        sockets = listening(self.pid) if self.alive() else []
+        return {kind: [host_port(h, p) for h, p in sockets if p == port] for kind, port in self.ports.items()}
+
+    def exposure_warnings(self) -> list[str]:
+        """One line per endpoint that other machines can reach without TLS."""
+        what = {"grpc": "gRPC inference without TLS (give --tls-cert and --tls-key)",
+                "http": "HTTP inference, plain and unauthenticated (Triton has no TLS for HTTP)",
+                "metrics": "metrics, plain and unauthenticated"}
+        return [f"{kind} on {host_port(host, self.ports.get(kind, '?'))} is reachable from other machines: "
+                f"{what[kind]}" for kind, host in self.hosts.items()
+                if not is_loopback(host) and not (kind == "grpc" and self.tls["cert"])]
 
     @property
     def log_path(self) -> Path:
@@ -149,18 +218,24 @@ class TritonServer:
 
     # -- life cycle ------------------------------------------------------------------------------------
     def start(self) -> TritonServer:
-        """Prepares the work folder, starts the process and waits until every model is ready."""
+        """Prepares the work folder, starts the process and waits until every model is ready.
+
+        Raises:
+            InferenceError: a fixed port is taken (one line naming the port and its holder), or the server
+                did not become ready (with its log; the work folder is then kept).
+        """
         if self.process is not None:
             raise InferenceError(f"server {self.grpc_url} is already started")
+        sweep_shared_memory(STUB_SHM_PATTERN)
+        self._check_fixed_ports()
         self.workdir.mkdir(parents=True, exist_ok=True)
         repo_dir = self.workdir / "repository"
         shutil.rmtree(repo_dir, ignore_errors=True)
         served = runtime_repository.prepare(self.repository, repo_dir, self.models, self.device)
         self.served = [info.name for info in served]
         backend_dir = backend_directory(self.workdir / "backends", self.python, self.backends)
-        auto_ports = not all(self._fixed_ports.values())
         for attempt in range(3):
-            self.ports = {k: v or free_port(self.host) for k, v in self._fixed_ports.items()}
+            self.ports = {k: v or free_port(self.hosts[k]) for k, v in self._fixed_ports.items()}
             self._spawn(repo_dir, backend_dir)
             try:
                 self._wait_ready()
@@ -168,20 +243,38 @@ class TritonServer:
             except InferenceError as err:
                 taken = "already in use" in self.log_tail(40).lower()
                 self._kill()
-                if not (taken and auto_ports and attempt < 2):
+                if taken:
+                    self._check_fixed_ports()  # a fixed port taken since the first check: say which, by whom
+                if not (taken and attempt < 2):
+                    self._keep(f"the server did not start: {str(err).splitlines()[0]}")
                     raise err from None
-                log.info("a chosen port was taken meanwhile; retrying with new ports")
+                log.info("a free port we chose was taken by another process before the server bound it; "
+                         "retrying with new ports")
         _LIVE.add(self)
-        log.info("Triton server ready on %s (grpc), %s (http), pid %d, models %s; log %s", self.grpc_url,
-                 self.http_url, self.pid, self.served, self.log_path)
+        self._write_owner()
+        opened = make_private(self.shm_prefix)
+        if opened:
+            log.warning("made %d shared memory regions of the server private (0600) after they were created",
+                        len(opened))
+        for warning in self.exposure_warnings():
+            log.warning("EXPOSED: %s", warning)
+        log.info("Triton server ready, pid %d, listening on %s, models %s; log %s", self.pid, self.bound(),
+                 self.served, self.log_path)
         return self
+
+    def _check_fixed_ports(self) -> None:
+        for kind, port in self._fixed_ports.items():
+            if port:
+                problem = bind_problem(self.hosts[kind], port)
+                if problem:
+                    raise InferenceError(f"cannot start the Triton server: {kind} {problem}")
 
     def command(self, repo_dir: Path, backend_dir: Path) -> list[str]:
         """The ``tritonserver`` command line."""
         cmd = [str(find_install().binary), f"--model-repository={repo_dir}", f"--backend-directory={backend_dir}",
-               f"--grpc-address={self.host}", f"--grpc-port={self.ports['grpc']}",
-               f"--http-address={self.host}", f"--http-port={self.ports['http']}",
-               f"--metrics-address={self.host}", f"--metrics-port={self.ports['metrics']}",
+               f"--grpc-address={self.hosts['grpc']}", f"--grpc-port={self.ports['grpc']}",
+               f"--http-address={self.hosts['http']}", f"--http-port={self.ports['http']}",
+               f"--metrics-address={self.hosts['metrics']}", f"--metrics-port={self.ports['metrics']}",
                f"--model-control-mode={self.model_control}", f"--log-verbose={self.log_verbose}",
                "--exit-on-error=true", "--strict-readiness=true"]
         if self.model_control == "explicit":
@@ -207,7 +300,8 @@ class TritonServer:
 
     @property
     def shm_prefix(self) -> str:
-        return f"sonic_triton_{os.getpid()}_{id(self):x}_"
+        """This server's stub shared memory names; the owner's tag in it lets litter be swept."""
+        return self._shm_prefix
 
     def _remove_stub_memory(self) -> None:
         """A killed server leaves its python stubs' shared memory in /dev/shm; remove ours."""
@@ -218,21 +312,14 @@ class TritonServer:
         env = server_environment(self.python, {"SONIC_ORT_THREADS": str(self.ort_threads), **self.extra_env})
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
+        private = preload_library()  # Boost sets the stubs' shared memory to 0644 whatever the umask
+        if private:
+            env["LD_PRELOAD"] = " ".join(filter(None, [private, env.get("LD_PRELOAD")]))
         self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        main_thread = threading.current_thread() is threading.main_thread()
-        cpus = self.cpus
-
-        def in_child() -> None:  # before exec, so every thread and python stub of the server inherits it
-            _die_with_parent()
-            if cpus is not None:
-                os.sched_setaffinity(0, cpus)
-
-        self.process = subprocess.Popen(self.command(repo_dir, backend_dir), stdout=self._log_file,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                        cwd=self.workdir, start_new_session=True,
-                                        preexec_fn=in_child if main_thread else None)
-        if cpus is not None and not main_thread:  # no preexec_fn off the main thread: pin right after exec
-            os.sched_setaffinity(self.process.pid, cpus)
+        # umask 077: the python stubs' shared memory (and anything else the server creates) is ours alone
+        self.process = spawn(self.command(repo_dir, backend_dir), cpus=self.cpus, stdout=self._log_file,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=self.workdir,
+                             start_new_session=True, umask=0o077)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -258,10 +345,15 @@ class TritonServer:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code. Keeps the log, drops the rest."""
+        """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code.
+
+        A clean stop (exit code 0) removes the work folder we made (in a folder the user chose: all but
+        the log); after a server that had died or did not stop in time, the folder is kept for its log.
+        """
         if self.process is None:
             return None
         code = self.process.poll()
+        died_before = code is not None
         if code is None:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
@@ -277,8 +369,7 @@ class TritonServer:
         self._remove_stub_memory()
         _LIVE.discard(self)
         self.process = None
-        for sub in ("repository", "backends"):
-            shutil.rmtree(self.workdir / sub, ignore_errors=True)
+        self._clean_workdir(clean_stop=code == 0 and not died_before)
         return code
 
     def kill(self) -> None:
@@ -309,6 +400,35 @@ class TritonServer:
             self._log_file.close()
             self._log_file = None
 
+    # -- the work folder -------------------------------------------------------------------------------
+    def _write_owner(self, keep: str | None = None) -> None:
+        """Records who owns a work folder we made (and why it is kept), for :func:`sweep_stale_workdirs`."""
+        if not self._own_workdir:
+            return
+        server = ProcessId.of(self.pid) if self.pid else None
+        record = {"job": self.owner.to_dict(), "server": server.to_dict() if server else None, "keep": keep}
+        try:
+            (self.workdir / OWNER_FILE).write_text(json.dumps(record))
+        except OSError:
+            pass
+
+    def _keep(self, reason: str) -> None:
+        """Keeps the work folder for its log; a kept folder is never swept."""
+        self._write_owner(keep=reason)
+        log.warning("kept the Triton server's work folder %s: %s", self.workdir, reason)
+
+    def _clean_workdir(self, clean_stop: bool) -> None:
+        if not clean_stop:
+            self._keep("the server did not stop cleanly")
+        elif self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        else:  # a folder the user chose, or asked to keep: the log stays, the runtime copies go
+            for sub in ("repository", "backends"):
+                shutil.rmtree(self.workdir / sub, ignore_errors=True)
+            if self._own_workdir:
+                self._write_owner(keep="kept on request")
+
+    # -- reports ---------------------------------------------------------------------------------------
     def log_tail(self, lines: int = 25) -> str:
         try:
             text = self.log_path.read_text(errors="replace").splitlines()
@@ -336,9 +456,11 @@ class TritonServer:
 
     def describe(self) -> dict[str, Any]:
         """What ``sonic server status`` shows and stores."""
-        return {"pid": self.pid, "host": self.host, "grpc": self.grpc_url, "tls": bool(self.tls["cert"]), "http": self.http_url,
-                "metrics": self.metrics_url, "models": self.served, "device": self.device,
-                "python": self.python.executable, "log": str(self.log_path), "cpus": self.cpus}
+        return {"pid": self.pid, "host": self.host, "grpc": self.grpc_url, "tls": bool(self.tls["cert"]),
+                "mutual_tls": bool(self.tls["root"]), "http": self.http_url, "metrics": self.metrics_url,
+                "bound": self.bound(), "models": self.served, "device": self.device,
+                "python": self.python.executable, "log": str(self.log_path), "workdir": str(self.workdir),
+                "cpus": self.cpus}
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -365,14 +487,31 @@ def parse_cpus(text: str) -> list[int]:
     return sorted(cpus)
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the parent dies (a crashed job must not leave servers behind)."""
-    try:
-        import ctypes
+def sweep_stale_workdirs(folder: str | os.PathLike | None = None) -> list[Path]:
+    """Removes the work folders of servers whose job and server both died (a ``kill -9`` leaves them).
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    Only folders of this user named ``sonic-triton-*`` with an owner record are considered; folders
+    kept on purpose (a failed start, ``keep_workdir``) stay until the user removes them.
+    """
+    removed = []
+    for path in Path(folder or tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
+        try:
+            if path.stat().st_uid != os.getuid():
+                continue
+            record = json.loads((path / OWNER_FILE).read_text())
+            owners = [ProcessId.from_dict(record["job"])]
+            if record.get("server"):
+                owners.append(ProcessId.from_dict(record["server"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not ours, or not ours to judge
+        if record.get("keep") or any(owner.alive() for owner in owners):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    if removed:
+        log.info("removed %d work folders of Triton servers whose job died: %s", len(removed),
+                 [str(p) for p in removed[:5]])
+    return removed
 
 
 @atexit.register
