@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     config = cfgmod.load(args.config, overrides_from(args))
+    from ..grid.job_folders import refuse_task_path  # grid (issue 11): a task's job folders belong to its jobs
+
+    refuse_task_path(config.output.file, "output file")
+    refuse_task_path(args.timing_json, "--timing-json")
     result = Process(config).run(timing_json=args.timing_json, progress=False if args.no_progress else None)
     if not args.quiet:
         print(result.timing.table())

@@ -153,9 +153,10 @@ def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: 
         with job_writes(files.output, files.timing):  # its own job folder: refused to anyone else
             run_sonic(args)
     except BaseException as err:  # noqa: BLE001 - every way a job can end is reported, then it exits
-        if terminated:  # the framework turns the unwinding into its own Interrupted error
+        signum = getattr(err, "signum", None)  # sonic run's own handler stops with Interrupted(signum)
+        if terminated or signum == signal.SIGTERM:  # the framework turns the unwinding into Interrupted
             return finish("failed", 128 + signal.SIGTERM, "terminated by SIGTERM (batch system stop or time limit)")
-        if isinstance(err, KeyboardInterrupt):
+        if isinstance(err, KeyboardInterrupt) or signum == signal.SIGINT:
             return finish("failed", 130, "interrupted (SIGINT)")
         if isinstance(err, SonicError):
             notes = "; ".join(getattr(err, "__notes__", []))
