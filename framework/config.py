@@ -32,12 +32,45 @@ from .errors import ConfigError, did_you_mean
 from .params import coerce
 
 
+COMMAND_LINE = "<command line>"
+
+#: more worker threads than this is a typo (``options.threads=100000`` failed deep in ``threading``)
+MAX_THREADS = 1024
+#: each stream holds its own module instances; more than this exhausts memory before it helps
+MAX_STREAMS = 4096
+
+
 class LineDict(dict):
-    """A dict that remembers the YAML line of each key, for error messages."""
+    """A dict that remembers the YAML line of each key, for error messages.
+
+    Keys set by a ``-p`` override are in ``overridden`` (and a mapping given whole on the command line
+    has ``from_command_line``), so an error about them blames the command line, not the YAML line the
+    value replaced.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.lines: dict[Any, int] = {}
+        self.overridden: set[Any] = set()
+        self.from_command_line = False
+
+
+def origin(mapping: Any, key: Any, file: str | None) -> dict[str, Any]:
+    """``file``/``line`` keywords of a :class:`ConfigError` about ``mapping[key]``: where the value came from."""
+    if isinstance(mapping, LineDict) and (mapping.from_command_line or key in mapping.overridden):
+        return {"file": COMMAND_LINE, "line": None}
+    return {"file": file, "line": _line(mapping, key)}
+
+
+def _from_command_line(value: Any) -> Any:
+    """A value parsed from a ``-p`` override, its mappings marked as coming from the command line."""
+    if isinstance(value, dict):
+        marked = LineDict((k, _from_command_line(v)) for k, v in value.items())
+        marked.from_command_line = True
+        return marked
+    if isinstance(value, list):
+        return [_from_command_line(v) for v in value]
+    return value
 
 
 class _Loader(yaml.SafeLoader):
@@ -64,7 +97,7 @@ def load_yaml(path: str | os.PathLike) -> LineDict:
     """Parses a YAML file, keeping line numbers; a syntax error names the file, line and column."""
     path = str(path)
     try:
-        with open(path) as stream:
+        with open(path, encoding="utf-8") as stream:
             loader = _Loader(stream)
             loader.name = path
             try:
@@ -73,6 +106,15 @@ def load_yaml(path: str | os.PathLike) -> LineDict:
                 loader.dispose()
     except FileNotFoundError:
         raise ConfigError("configuration file not found", file=path) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a YAML configuration file", file=path) from None
+    except PermissionError:
+        raise ConfigError("configuration file cannot be read: permission denied", file=path) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not a YAML configuration: byte {err.start} is not UTF-8 text (a ROOT file?)",
+                          file=path) from None
+    except OSError as err:
+        raise ConfigError(f"configuration file cannot be read: {err.strerror or err}", file=path) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -132,6 +174,16 @@ class ModuleConfig:
     type: str
     params: dict[str, Any]
     line: int | None = None
+    type_overridden: bool = False
+
+    def origin(self, param: str | None, file: str | None) -> dict[str, Any]:
+        """``file``/``line`` of an error about this module's type (``param=None``) or one of its parameters."""
+        if param is None:
+            return {"file": COMMAND_LINE, "line": None} if self.type_overridden else {"file": file, "line": self.line}
+        where = origin(self.params, param, file)
+        if where["line"] is None and where["file"] == file:
+            where["line"] = self.line
+        return where
 
 
 @dataclass
@@ -159,19 +211,40 @@ def _line(mapping: Any, key: Any) -> int | None:
 def _section(data: dict, name: str, cls: type, file: str | None) -> Any:
     raw = data.get(name) or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"must be a mapping, not {type(raw).__name__}", file=file, key=name, line=_line(data, name))
+        raise ConfigError(f"must be a mapping, not {type(raw).__name__}", key=name, **origin(data, name, file))
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in raw.items():
         if key not in fields:
             raise ConfigError(f"unknown key{did_you_mean(str(key), fields)}; known: {sorted(fields)}",
-                              file=file, key=f"{name}.{key}", line=_line(raw, key))
+                              key=f"{name}.{key}", **origin(raw, key, file))
         try:
             values[key] = coerce(value, hints[key])
         except TypeError as err:
-            raise ConfigError(str(err), file=file, key=f"{name}.{key}", line=_line(raw, key)) from None
+            raise ConfigError(str(err), key=f"{name}.{key}", **origin(raw, key, file)) from None
     return cls(**values)
+
+
+def _check_ranges(data: dict, source: SourceConfig, output: OutputConfig, options: Options, file: str | None) -> None:
+    """Numbers whose type is right but whose value cannot be meant (negative ranges, absurd thread counts)."""
+    checks = (
+        ("options", "streams", options.streams, 1, MAX_STREAMS),
+        ("options", "threads", options.threads, 1, MAX_THREADS),
+        ("source", "chunk_size", source.chunk_size, 1, None),
+        ("output", "chunk_size", output.chunk_size, 1, None),
+        ("source", "first_entry", source.first_entry, 0, None),
+        ("source", "max_events", source.max_events, -1, None),
+        ("source", "events", source.events, 0, None),
+    )
+    for section, key, value, low, high in checks:
+        raw = data.get(section) or {}
+        where = origin(raw, key, file)
+        if value < low:
+            hint = " (-1 means all events)" if key == "max_events" else ""
+            raise ConfigError(f"must be at least {low}, got {value}{hint}", key=f"{section}.{key}", **where)
+        if high is not None and value > high:
+            raise ConfigError(f"must be at most {high}, got {value}", key=f"{section}.{key}", **where)
 
 
 def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -> dict:
@@ -205,7 +278,9 @@ def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -
             if not isinstance(nxt, dict):
                 raise ConfigError(f"{key!r} is not a mapping", file="<command line>", key=path)
             target = nxt
-        target[keys[-1]] = value
+        target[keys[-1]] = _from_command_line(value)
+        if isinstance(target, LineDict):
+            target.overridden.add(keys[-1])
     return data
 
 
@@ -219,44 +294,45 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     for key in data:
         if key not in SECTIONS:
             raise ConfigError(f"unknown section{did_you_mean(str(key), SECTIONS)}; known: {list(SECTIONS)}",
-                              file=file, key=str(key), line=_line(data, key))
+                              key=str(key), **origin(data, key, file))
     raw_modules = data.get("modules")
     if not isinstance(raw_modules, dict) or not raw_modules:
-        raise ConfigError("at least one module is required", file=file, key="modules", line=_line(data, "modules"))
+        raise ConfigError("at least one module is required", key="modules", **origin(data, "modules", file))
     modules: dict[str, ModuleConfig] = {}
     for label, spec in raw_modules.items():
-        line = _line(raw_modules, label)
+        where = origin(raw_modules, label, file)
+        line = where["line"]
         if not isinstance(label, str) or not label.isidentifier():
             raise ConfigError("a module label must be an identifier (letters, digits, _)",
-                              file=file, key=f"modules.{label}", line=line)
+                              key=f"modules.{label}", **where)
         if not isinstance(spec, dict) or "type" not in spec:
             raise ConfigError("a module needs a mapping with 'type' and its parameters",
-                              file=file, key=f"modules.{label}", line=line)
+                              key=f"modules.{label}", **where)
         params = LineDict((k, v) for k, v in spec.items() if k != "type")
         params.lines = {k: n for k, n in getattr(spec, "lines", {}).items() if k != "type"}
+        params.overridden = set(getattr(spec, "overridden", ())) - {"type"}
+        params.from_command_line = getattr(spec, "from_command_line", False)
+        type_where = origin(spec, "type", file)
         modules[label] = ModuleConfig(label=label, type=str(spec["type"]), params=params,
-                                      line=_line(spec, "type") or line)
+                                      line=type_where["line"] or line,
+                                      type_overridden=type_where["file"] == COMMAND_LINE)
     path = data.get("path") or list(modules)
     if not isinstance(path, list):
-        raise ConfigError("must be a list of module labels", file=file, key="path", line=_line(data, "path"))
+        raise ConfigError("must be a list of module labels", key="path", **origin(data, "path", file))
     for label in path:
         if label not in modules:
             raise ConfigError(f"unknown module label {label!r}{did_you_mean(str(label), modules)}",
-                              file=file, key="path", line=_line(data, "path"))
+                              key="path", **origin(data, "path", file))
     services = data.get("services") or {}
     if not isinstance(services, dict) or any(not isinstance(v, dict) for v in services.values()):
-        raise ConfigError("must map service names to mappings", file=file, key="services",
-                          line=_line(data, "services"))
+        raise ConfigError("must map service names to mappings", key="services", **origin(data, "services", file))
     source = _section(data, "source", SourceConfig, file)
     output = _section(data, "output", OutputConfig, file)
     options = _section(data, "options", Options, file)
     if source.type not in ("root", "empty"):
-        raise ConfigError(f"unknown source type {source.type!r}; use 'root' or 'empty'", file=file,
-                          key="source.type", line=_line(data.get("source") or {}, "type"))
-    for name, value in (("options.streams", options.streams), ("options.threads", options.threads),
-                        ("source.chunk_size", source.chunk_size), ("output.chunk_size", output.chunk_size)):
-        if value < 1:
-            raise ConfigError(f"must be at least 1, got {value}", file=file, key=name)
+        raise ConfigError(f"unknown source type {source.type!r}; use 'root' or 'empty'",
+                          key="source.type", **origin(data.get("source") or {}, "type", file))
+    _check_ranges(data, source, output, options, file)
     name = str(data.get("process") or (Path(file).stem if file else "process"))
     return ProcessConfig(name=name, file=file, source=source, modules=modules, path=list(path), output=output,
                          services={k: dict(v) for k, v in services.items()}, options=options, raw=_plain(data))

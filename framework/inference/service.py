@@ -16,6 +16,9 @@
         fallback_server: {}          # options of that server: ort_threads, python, device, startup_timeout ...
         timeout_s: 60                # per request
         allowed_tries: 3             # per request and server, before failing over
+        breaker_threshold: 3         # consecutive deadlines/unreachable answers that take a server out of rotation
+        breaker_backoff_s: 1         # first back-off before a probe may bring it back (doubled per failed probe)
+        breaker_max_backoff_s: 30    # the longest back-off
         compression: none            # none | gzip | deflate
         shared_memory: auto          # auto (local servers, requests of 16 KiB or more) | on | off
         model_versions: {}           # model: version to pin (default: the server's choice)
@@ -26,6 +29,7 @@ Module code is the same in both modes; only this section (or ``--inference``) ch
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -54,6 +58,9 @@ class InferenceConfig:
     fallback_server: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 60.0
     allowed_tries: int = 3
+    breaker_threshold: int = 3
+    breaker_backoff_s: float = 1.0
+    breaker_max_backoff_s: float = 30.0
     compression: str = "none"
     shared_memory: str = "auto"
     model_versions: dict[str, int] = field(default_factory=dict)
@@ -80,6 +87,11 @@ class InferenceConfig:
             if key not in known_server_options:
                 raise ConfigError(f"unknown fallback server option{did_you_mean(key, known_server_options)}; "
                                   f"known: {sorted(known_server_options)}", key=f"services.inference.fallback_server.{key}")
+        for key, low in (("timeout_s", 0.0), ("allowed_tries", 1), ("workers", 1)):
+            value = getattr(config, key)
+            if not math.isfinite(value) or value < low or (key == "timeout_s" and value == 0):
+                need = "a positive number of seconds" if key == "timeout_s" else f"at least {low}"
+                raise ConfigError(f"must be {need}, got {value}", key=f"services.inference.{key}")
         for key, allowed in (("mode", ("direct", "sonic")), ("device", ("cpu", "gpu", "auto")),
                              ("compression", ("none", "gzip", "deflate")), ("shared_memory", ("auto", "on", "off"))):
             if getattr(config, key) not in allowed:
