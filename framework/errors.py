@@ -9,11 +9,35 @@ message.
 from __future__ import annotations
 
 import difflib
+import enum
 from collections.abc import Iterable
 
 
+class ExitCode(enum.IntEnum):
+    """The exit status of every ``sonic`` command (documented in the README; scripts rely on it)."""
+
+    OK = 0
+    #: a user error (configuration, input, output, inference, grid): one line on stderr naming the culprit;
+    #: also ``sonic compare``'s "the outputs differ" and ``sonic status``'s "a job failed"
+    ERROR = 1
+    #: a bad command line (argparse), or ``sonic compare`` could not read its files (like diff's "trouble")
+    USAGE = 2
+    #: an unexpected exception: a bug in sonic-hep (``-v`` shows the traceback)
+    INTERNAL = 70
+    #: stdout was closed early (``sonic ... | head``), as a tool killed by SIGPIPE
+    BROKEN_PIPE = 141
+    #: stopped by SIGINT (130) or SIGTERM (143): 128 + the signal number, nothing left that looks complete
+    INTERRUPTED = 130
+    TERMINATED = 143
+
+
 class SonicError(Exception):
-    """Base class of user-facing errors: the message is meant to be read, not debugged."""
+    """Base class of user-facing errors: the message is meant to be read, not debugged.
+
+    ``exit_code`` is what the command line returns for it (:class:`ExitCode`).
+    """
+
+    exit_code: int = ExitCode.ERROR
 
 
 class ConfigError(SonicError):

@@ -5,9 +5,10 @@ collection ``X`` with fields becomes a counter ``nX`` and branches ``X_<field>``
 dimension inside a jagged list (``var * 4 * float32``, which uproot cannot write there) becomes one
 branch per component (``X_probs_0`` ... ``X_probs_3``).
 
-The file is written as ``<name>.tmp-<pid>`` next to the target and renamed only when the job ends
-successfully, so a failed or killed job never leaves a file that looks complete. The process
-configuration and the software version are stored in the file (``sonic_metadata``, JSON text).
+The file is written as ``<name>.tmp-<host>-<pid>-<ns>`` next to the target and renamed only when the
+job ends successfully, so a failed or killed job never leaves a file that looks complete; temporaries
+of dead writers are removed when the next job writes the same target (see :mod:`.atomic`). The
+process configuration and the software version are stored in the file (``sonic_metadata``, JSON text).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import itertools
 import json
 import logging
 import os
-import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from numbers import Number
 from typing import Any
 
@@ -25,6 +25,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from .atomic import check_target, remove_stale_temporaries, temporary_name
 from .config import OutputConfig
 from .errors import OutputError
 from .event import Event
@@ -128,6 +129,14 @@ def branch_type(array: Any) -> Any:
     return array.type.content
 
 
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class RootOutput:
     """Writes chosen products and source columns to a ROOT TTree, atomically.
 
@@ -137,20 +146,24 @@ class RootOutput:
         columns (dict[str, str]): source column key → branch name (written chunk-wise, no per-event copies).
         ids (list[str]): event-identity branches to carry over (``run``, ``luminosityBlock``, ``event``).
         metadata (dict): stored as JSON text ``sonic_metadata`` (configuration, version, inputs).
+        expected_events (int): events the job will deliver (sizes the basket index).
+        inputs (iterable of (path, description)): files the output must not be (the job's inputs, its config).
     """
 
     def __init__(self, config: OutputConfig, products: dict[str, str], columns: dict[str, str], ids: list[str],
-                 metadata: dict[str, Any], expected_events: int = 0):
+                 metadata: dict[str, Any], expected_events: int = 0, inputs: Iterable[tuple[str, str]] = ()):
         if not config.file:
             raise OutputError("no output file given")
         self.config, self.products, self.columns, self.ids = config, products, columns, ids
         self.metadata = metadata
-        self.path = os.path.abspath(config.file)
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):
-            raise OutputError(f"output directory {directory!r} does not exist")
-        self.tmp_path = f"{self.path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        self._file = uproot.recreate(self.tmp_path, compression=compression(config.compression))
+        self.path = check_target(config.file, "output file", inputs)
+        codec = compression(config.compression)
+        remove_stale_temporaries(self.path)
+        self.tmp_path = temporary_name(self.path)
+        try:
+            self._file = uproot.recreate(self.tmp_path, compression=codec)
+        except OSError as err:
+            raise OutputError(f"cannot create the output file {config.file!r}: {err.strerror}") from None
         self._tree = None
         # uproot rewrites a TTree's whole header (a cost quadratic in the number of branches: seconds for
         # NanoAOD-sized trees) each time its basket index fills up; size the index for the job up front.
@@ -176,6 +189,10 @@ class RootOutput:
             groups.append((chunk, slice(int(index[0]), int(index[-1]) + 1) if contiguous else index))
         for name in self.ids:
             branches[name] = np.concatenate([chunk.ids[name][sel] for chunk, sel in groups]).astype(np.int64)
+        if not (self.ids or self.columns or self.products):
+            # nothing per event to write (a histogram-only job on a file without run/lumi/event): a tree
+            # needs a branch, so the events are counted by their index in the job
+            branches["event_index"] = np.fromiter((e.index for e in events), dtype=np.int64, count=len(events))
         for key, name in self.columns.items():
             parts = [chunk.columns[key][sel] for chunk, sel in groups]
             branches.update(writable(name, parts[0] if len(parts) == 1 else ak.concatenate(parts)))
@@ -205,22 +222,31 @@ class RootOutput:
             self._tree.extend(branches)
         except (TypeError, ValueError) as err:
             raise OutputError(f"uproot cannot write these products to {self.path!r}: {err}") from None
+        except OSError as err:
+            raise OutputError(f"cannot write the output file {self.path!r}: {err.strerror or err}") from None
         self.written += len(self._events)
         self._events = []
 
     def write_object(self, path: str, obj: Any) -> None:
         """Stores a histogram or other object uproot can write (e.g. ``hist.Hist``) at ``path``."""
-        self._file[path] = obj
+        try:
+            self._file[path] = obj
+        except OSError as err:
+            raise OutputError(f"cannot write {path!r} to the output file {self.path!r}: {err.strerror or err}") from None
 
     def commit(self) -> str:
         """Flushes, stores metadata, and renames the temporary file to its final name."""
         self.flush()
-        if self._tree is None:  # no event passed: still write the tree, empty, so readers find it
-            self._file.mktree(self.config.tree, {name: np.int64 for name in self.ids} or {"event_index": np.int64})
-        self.metadata["events_written"] = self.written
-        self._file["sonic_metadata"] = json.dumps(self.metadata, default=str)
-        self._file.close()
-        os.replace(self.tmp_path, self.path)
+        try:
+            if self._tree is None:  # no event passed: still write the tree, empty, so readers find it
+                self._file.mktree(self.config.tree, {name: np.int64 for name in self.ids} or {"event_index": np.int64})
+            self.metadata["events_written"] = self.written
+            self._file["sonic_metadata"] = json.dumps(self.metadata, default=str)
+            self._file.close()
+            _fsync(self.tmp_path)  # the data is on disk before the name says the file is complete
+            os.replace(self.tmp_path, self.path)
+        except OSError as err:
+            raise OutputError(f"cannot write the output file {self.path!r}: {err.strerror or err}") from None
         log.debug("wrote %d events to %s", self.written, self.path)
         return self.path
 

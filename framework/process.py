@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import signal
 import socket
 import sys
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import graph as dag
+from .atomic import PendingText
 from .config import ProcessConfig
 from .errors import ConfigError, OutputError, SonicError
 from .module import Analyzer, Module
@@ -35,7 +37,23 @@ log = logging.getLogger(__name__)
 
 
 class Interrupted(SonicError):
-    """The job was stopped by SIGINT; nothing was written."""
+    """The job was stopped by a signal (SIGINT, SIGTERM); nothing was written.
+
+    Its exit code is 128 + the signal number, as a shell reports a process the signal killed.
+    """
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
+
+
+class Stop(KeyboardInterrupt):
+    """Raised in the main thread by a SIGTERM handler (``sonic run``), so the job stops as on SIGINT."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
 
 
 @dataclass
@@ -83,7 +101,8 @@ class Process:
         try:
             return lookup(mc.type)
         except KeyError as err:
-            raise ConfigError(err.args[0], file=self.config.file, key=f"modules.{mc.label}.type", line=mc.line) from None
+            raise ConfigError(err.args[0], key=f"modules.{mc.label}.type",
+                              **mc.origin(None, self.config.file)) from None
 
     def _module_params(self, mc: Any) -> dict[str, Any]:
         cls = self.module_types[mc.label]
@@ -92,13 +111,11 @@ class Process:
         except KeyError as err:
             name, reason, known = err.args
             hint = f"; {cls.__name__} takes {known}" if reason == "unknown parameter" else ""
-            line = mc.params.lines.get(name, mc.line) if hasattr(mc.params, "lines") else mc.line
-            raise ConfigError(f"{reason} for module type {cls.__name__}{hint}", file=self.config.file,
-                              key=f"modules.{mc.label}.{name}", line=line) from None
+            raise ConfigError(f"{reason} for module type {cls.__name__}{hint}", key=f"modules.{mc.label}.{name}",
+                              **mc.origin(name, self.config.file)) from None
         except TypeError as err:
             name, reason = err.args
-            line = mc.params.lines.get(name, mc.line) if hasattr(mc.params, "lines") else mc.line
-            raise ConfigError(reason, file=self.config.file, key=f"modules.{mc.label}.{name}", line=line) from None
+            raise ConfigError(reason, key=f"modules.{mc.label}.{name}", **mc.origin(name, self.config.file)) from None
 
     def _output_selection(self) -> tuple[dict[str, str], dict[str, str]]:
         """Product keys and source columns to write, with their branch names (``"key as Branch"`` renames)."""
@@ -179,10 +196,25 @@ class Process:
             progress: show a progress bar (default: ``options.progress`` and stderr is a terminal).
         """
         cfg = self.config
+        timing_json = timing_json or cfg.services.get("timing", {}).get("json")
+        # every file the job writes is checked and created (under a temporary name) before any server
+        # starts or any event is read: a path that cannot be written fails now, not after the job
+        reserved = self._reserved_files()
+        report = PendingText(timing_json, "timing JSON", reserved) if timing_json else None
+        output: RootOutput | None = None
+        try:
+            if cfg.output.file:
+                also = [(report.path, "the timing JSON")] if report is not None else []
+                output = RootOutput(cfg.output, self.output_products, self.output_columns,
+                                    self.source.id_branches, self.metadata(), expected_events=self.source.total,
+                                    inputs=reserved + also)
+        except BaseException:
+            if report is not None:
+                report.abort()
+            raise
         streams = self._instantiate_streams()
         unique = list({id(m): m for stream in streams for m in stream.values()}.values())
         timing = Timing([(label, type(m).__name__, type(m).kind) for label, m in self.prototypes.items()])
-        output: RootOutput | None = None
         path: str | None = None
         started: list[Any] = []
         events = written = emitted = 0
@@ -194,9 +226,7 @@ class Process:
             for module in unique:
                 module.begin_job()
                 started.append(module)
-            if cfg.output.file:
-                output = RootOutput(cfg.output, self.output_products, self.output_columns,
-                                    self.source.id_branches, self.metadata(), expected_events=self.source.total)
+            self._check_histograms_are_kept()
 
             def emit(event: Any, passed: bool) -> None:
                 nonlocal written, emitted
@@ -218,14 +248,19 @@ class Process:
                     timing.add_section(name, section)
             if output is not None:
                 self._write_histograms(streams, output)
+            if report is not None:
+                report.write(timing.to_json())  # content first: a full disk fails before the output is renamed
+            if output is not None:
                 path = output.commit()
-        except KeyboardInterrupt:
-            if output is not None:
-                output.abort()
-            raise Interrupted(f"interrupted after {emitted} events; no output was written") from None
+            if report is not None:
+                report.commit()
+        except KeyboardInterrupt as stop:
+            self._abort(output, report)
+            signum = getattr(stop, "signum", signal.SIGINT)
+            raise Interrupted(f"{'interrupted' if signum == signal.SIGINT else 'stopped by ' + signal.Signals(signum).name}"
+                              f" after {emitted} events; no output was written", signum) from None
         except BaseException:
-            if output is not None:
-                output.abort()
+            self._abort(output, report)
             raise
         finally:
             if bar is not None:
@@ -235,10 +270,32 @@ class Process:
                     item.end_job()
                 except Exception as err:  # noqa: BLE001 - report, keep closing the rest
                     log.error("end_job of %s failed: %s", getattr(item, "label", item), err)
-        timing_json = timing_json or cfg.services.get("timing", {}).get("json")
-        if timing_json:
-            timing.write_json(timing_json)
         return RunResult(events=events, written=written, output=path, timing=timing)
+
+    @staticmethod
+    def _abort(output: RootOutput | None, report: PendingText | None) -> None:
+        """Removes whatever the failed job had started writing."""
+        if output is not None:
+            output.abort()
+        if report is not None:
+            report.abort()
+
+    def _reserved_files(self) -> list[tuple[str, str]]:
+        """Files no output may be: the inputs and the configuration (writing one would destroy it)."""
+        reserved = [(path, f"an input file ({path})") for path in getattr(self.source, "files", [])]
+        if self.config.file:
+            reserved.append((self.config.file, "the configuration file"))
+        return reserved
+
+    def _check_histograms_are_kept(self) -> None:
+        """Analyzers that fill histograms need an output file, or their work would silently go nowhere."""
+        if self.config.output.file:
+            return
+        filling = [label for label, m in self.prototypes.items()
+                   if isinstance(m, Analyzer) and type(m).histograms is not Analyzer.histograms]
+        if filling:
+            raise ConfigError(f"module(s) {', '.join(filling)} fill histograms, but there is no output file to keep "
+                              f"them: give output.file or -o FILE", file=self.config.file, key="output.file")
 
     def _write_histograms(self, streams: list[dict[str, Module]], output: RootOutput) -> None:
         for label, proto in self.prototypes.items():

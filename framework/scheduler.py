@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from .errors import ModuleError
+from .errors import ConfigError, ModuleError
 from .event import Chunk, Event, EventView
 from .futures import as_future
 from .graph import ModuleGraph
@@ -178,9 +178,7 @@ class Scheduler:
 
     @staticmethod
     def _error(module: Module, st: _EventState, phase: str, err: Exception) -> ModuleError:
-        wrapped = ModuleError(module.label, str(st.event.id), phase, err)
-        wrapped.add_note(f"while running module '{module.label}' ({type(module).__name__}) on {st.event.id}")
-        return wrapped
+        return ModuleError(module.label, str(st.event.id), phase, err)  # the message names module, phase, event
 
     def _finish(self, st: _EventState, i: int) -> list[int]:
         ready = []
@@ -197,6 +195,21 @@ class Scheduler:
         return ready
 
     # -- main-thread side ----------------------------------------------------------------------------
+    def _start_workers(self) -> list[threading.Thread]:
+        """Starts the worker threads; a system that refuses one is a configuration error, not a crash."""
+        workers: list[threading.Thread] = []
+        try:
+            for k in range(self.threads):
+                worker = threading.Thread(target=self._worker, name=f"sonic-worker-{k}", daemon=True)
+                worker.start()
+                workers.append(worker)
+        except RuntimeError as err:  # "can't start new thread": a process or memory limit
+            for _ in workers:
+                self._ready.put(None)
+            raise ConfigError(f"the system refused worker thread {len(workers) + 1} of {self.threads} ({err}); "
+                              f"use fewer threads", key="options.threads") from None
+        return workers
+
     def run(self, chunks: Iterator[Chunk], emit: Callable[[Event, bool], None]) -> int:
         """Processes every event of ``chunks``; calls ``emit(event, passed)`` in input order.
 
@@ -210,10 +223,7 @@ class Scheduler:
                     processed += 1
             return processed
         n_streams = len(self.instances)
-        workers = [threading.Thread(target=self._worker, name=f"sonic-worker-{k}", daemon=True)
-                   for k in range(self.threads)]
-        for worker in workers:
-            worker.start()
+        workers = self._start_workers()
         free = deque(range(n_streams))
         buffer: dict[int, _EventState] = {}
         state = {"next": None, "in_flight": 0, "processed": 0}

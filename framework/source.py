@@ -122,6 +122,7 @@ class RootSource:
             raise SourceError("no input files: give source.files in the configuration or --input")
         self._open: tuple[str, Any, dict[str, Any], list[str]] | None = None
         self.entries = [self._num_entries(path) for path in self.files]
+        self._check_range()
         names = set(self._tree(self.files[0])[0].keys())
         #: event-identity branches every chunk carries (present in the first file)
         self.id_branches = [name for name in ID_BRANCHES if name in names]
@@ -140,6 +141,21 @@ class RootSource:
     def _num_entries(self, path: str) -> int:
         tree, _, _ = self._tree(path)  # also fails early on a missing branch, naming the file
         return int(tree.num_entries)
+
+    def _check_range(self) -> None:
+        """A first entry past the end is a mistake (a job would run and write an empty output), not 0 events."""
+        first, total = self.config.first_entry, sum(self.entries)
+        if first < 0:
+            raise SourceError(f"source.first_entry must be at least 0, got {first}")
+        if first > 0 and first >= total:
+            if len(self.files) == 1:
+                what = f"{self.files[0]!r} has {total} entries"
+            else:
+                shown = ", ".join(f"{os.path.basename(p)}: {n}" for p, n in list(zip(self.files, self.entries))[:5])
+                more = ", ..." if len(self.files) > 5 else ""
+                what = f"the {len(self.files)} input files have {total} entries ({shown}{more})"
+            raise SourceError(f"source.first_entry {first} is past the end of the input: {what} "
+                              f"(entries are numbered from 0 over all files)")
 
     @property
     def total(self) -> int:
@@ -229,14 +245,18 @@ class EmptySource:
         needed = [r.key for r in requests if not r.optional]
         if needed:
             raise SourceError(f"the empty source has no columns, but modules consume {needed}")
+        if config.first_entry < 0 or (config.first_entry > 0 and config.first_entry >= config.events):
+            raise SourceError(f"source.first_entry {config.first_entry} is outside the empty source's "
+                              f"{config.events} events (source.events)")
         self.config = config
         self.files = ["<empty>"]
         self.id_branches = ["event"]
 
     @property
     def total(self) -> int:
-        n = self.config.events if self.config.max_events < 0 else min(self.config.events, self.config.max_events)
-        return max(0, n - self.config.first_entry) if self.config.max_events < 0 else n
+        """Events after first_entry, at most max_events (-1: all)."""
+        available = max(0, self.config.events - self.config.first_entry)
+        return available if self.config.max_events < 0 else min(available, self.config.max_events)
 
     def chunks(self) -> Iterator[Chunk]:
         step = self.config.chunk_size

@@ -119,9 +119,21 @@ class Timing:
                 "events_per_s": self.events / elapsed if elapsed > 0 else 0.0,
                 "modules": [m.as_dict(self.events) for m in self.per_module], **self.sections}
 
+    def to_json(self) -> str:
+        """The report as JSON text."""
+        return json.dumps(self.report(), indent=2, default=str)
+
     def write_json(self, path: str) -> None:
-        with open(path, "w") as stream:
-            json.dump(self.report(), stream, indent=2, default=str)
+        """Writes the report to ``path`` atomically (a reader never sees half a report)."""
+        from .atomic import PendingText
+
+        pending = PendingText(path, "timing JSON")
+        try:
+            pending.write(self.to_json())
+            pending.commit()
+        except BaseException:
+            pending.abort()
+            raise
 
     def table(self) -> str:
         """The end-of-job table (ms per event; for external work also the wait on the result)."""

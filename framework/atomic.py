@@ -1,0 +1,168 @@
+"""Files that appear complete or not at all: checked targets, temporary names, stale temporaries.
+
+Every file a job writes (the ROOT output, the timing JSON) is written as
+``<target>.tmp-<host>-<pid>-<nanoseconds>`` next to its target and renamed into place only when the job
+succeeds, so a failed or killed job never leaves a file that looks complete. Because the name says which
+process on which host wrote it, a later job writing the same target can tell a temporary whose writer
+is dead (a ``kill -9``, a node that lost power) from one still being written, and remove only the dead
+ones: ``pid`` alone is not enough on a shared file system, where another node's live writer has a pid
+that means nothing here.
+
+Targets are checked before the first event (:func:`check_target`): an existing directory, a
+non-regular file (``/dev/null`` would be replaced by a rename), a missing or unwritable folder, or a
+path that is also an input of the job are refused with one line naming the path.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Iterable
+
+from .errors import OutputError
+
+log = logging.getLogger(__name__)
+
+_TEMPORARY = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-(?P<ns>\d+)$")
+
+
+def _host() -> str:
+    """This host's name as it goes into a temporary name (no path separators)."""
+    return socket.gethostname().replace(os.sep, "_") or "localhost"
+
+
+def temporary_name(target: str) -> str:
+    """The temporary name this process writes ``target`` under."""
+    return f"{target}.tmp-{_host()}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one we may not signal counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def writer_of(temporary: str) -> tuple[str, int] | None:
+    """(host, pid) encoded in a temporary's name, or None for a name that is not one of ours."""
+    match = _TEMPORARY.search(temporary)
+    return (match["host"], int(match["pid"])) if match else None
+
+
+def remove_stale_temporaries(target: str) -> list[str]:
+    """Removes ``target``'s temporaries whose writer (a process on this host) is dead; returns them.
+
+    Temporaries written on other hosts, by live processes, or named in another way are left alone.
+    """
+    removed = []
+    host = _host()
+    for candidate in glob.glob(glob.escape(target) + ".tmp-*"):
+        writer = writer_of(candidate)
+        if writer is None or writer[0] != host or writer[1] == os.getpid() or pid_alive(writer[1]):
+            continue
+        try:
+            os.unlink(candidate)
+        except FileNotFoundError:  # another job cleaned it meanwhile
+            continue
+        except OSError as err:
+            log.warning("cannot remove the stale temporary %s: %s", candidate, err.strerror)
+            continue
+        removed.append(candidate)
+        log.info("removed %s, left by a job (pid %d) that died", candidate, writer[1])
+    return removed
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_target(path: str, what: str, inputs: Iterable[tuple[str, str]] = ()) -> str:
+    """Checks that ``path`` can be written as a whole file; returns its absolute path.
+
+    Args:
+        path: the target as the user gave it.
+        what: how the user named it (``"output file"``, ``"--timing-json"``), for the message.
+        inputs: ``(path, description)`` of files the job reads or writes otherwise: the target may be none of them.
+    """
+    if not path:
+        raise OutputError(f"{what}: empty path")
+    if path.endswith(os.sep):
+        raise OutputError(f"{what} {path!r} names a directory; give a file name")
+    absolute = os.path.abspath(path)
+    if os.path.isdir(absolute):
+        raise OutputError(f"{what} {path!r} is an existing directory; give a file name (e.g. {path.rstrip(os.sep)}/out.root)")
+    if os.path.lexists(absolute) and not os.path.isfile(absolute):
+        raise OutputError(f"{what} {path!r} exists and is not a regular file; it would be replaced")
+    directory = os.path.dirname(absolute)
+    if not os.path.isdir(directory):
+        raise OutputError(f"{what} {path!r}: folder {directory!r} does not exist")
+    for other, description in inputs:
+        if "://" not in other and _same_file(absolute, other):
+            raise OutputError(f"{what} {path!r} is also {description}; writing it would destroy it")
+    return absolute
+
+
+class PendingText:
+    """A text file created now under a temporary name (so the folder is proven writable before the job
+    runs) and renamed into place by :meth:`commit`; :meth:`abort` removes it.
+
+    Args:
+        path: the target (checked with :func:`check_target`).
+        what: how the user named it, for messages.
+        inputs: see :func:`check_target`.
+    """
+
+    def __init__(self, path: str, what: str, inputs: Iterable[tuple[str, str]] = ()):
+        self.what = what
+        self.path = check_target(path, what, inputs)
+        remove_stale_temporaries(self.path)
+        self.tmp_path = temporary_name(self.path)
+        try:
+            with open(self.tmp_path, "x", encoding="utf-8"):
+                pass
+        except OSError as err:
+            raise OutputError(f"cannot write {what} {path!r}: {err.strerror}") from None
+        self._written = False
+
+    def write(self, text: str) -> None:
+        """Writes the content to the temporary (where a full disk shows), not yet visible."""
+        try:
+            with open(self.tmp_path, "w", encoding="utf-8") as stream:
+                stream.write(text)
+                stream.flush()
+                os.fsync(stream.fileno())
+        except OSError as err:
+            raise OutputError(f"cannot write {self.what} {self.path!r}: {err.strerror}") from None
+        self._written = True
+
+    def commit(self) -> str:
+        """Renames the written temporary into place; returns the path."""
+        if not self._written:
+            raise OutputError(f"{self.what} {self.path!r}: nothing was written")
+        try:
+            os.replace(self.tmp_path, self.path)
+        except OSError as err:
+            raise OutputError(f"cannot write {self.what} {self.path!r}: {err.strerror}") from None
+        return self.path
+
+    def abort(self) -> None:
+        """Removes the temporary (a failed job leaves nothing that looks complete)."""
+        try:
+            os.unlink(self.tmp_path)
+        except FileNotFoundError:
+            pass
