@@ -7,10 +7,15 @@ for large tensors this is the main lever (see ../shared/README.md: 2.2 → 0.45 
 A :class:`SharedMemoryPool` belongs to one server connection. Each request borrows one region big
 enough for all its tensors and gives it back when its response is read; regions are registered with
 the server once and reused, so the steady state costs no extra RPC.
+
+Regions are private to this user (0600, as tritonclient creates them) and named
+``sonic_<pid>-<start>_<label>_<n>`` after their owning process (``owner.py``): :meth:`close` removes
+them, and the first pool of a process removes those that processes killed before closing left behind.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -19,9 +24,25 @@ from typing import Any
 
 import tritonclient.utils.shared_memory as shm
 
+from .owner import ProcessId, sweep_shared_memory
+
 _ALIGN = 64
 _MIN_SIZE = 1 << 16
 _ids = itertools.count()
+#: client regions: ``sonic_<owner tag>_...`` (the server's stubs use ``sonic_triton_...``)
+CLIENT_SHM_PATTERN = r"sonic_(?P<tag>\d+-\d+)_"
+
+
+def _owner_tag() -> str:
+    """This process's tag (a forked child gets its own)."""
+    return _tag_of(os.getpid())
+
+
+@functools.cache
+def _tag_of(pid: int) -> str:
+    """Computed once per process; the first time also removes the regions of dead owners."""
+    sweep_shared_memory(CLIENT_SHM_PATTERN)
+    return ProcessId.current().tag
 
 
 def aligned(nbytes: int) -> int:
@@ -48,7 +69,7 @@ class SharedMemoryPool:
 
     def __init__(self, client: Any, label: str):
         self.client = client
-        self.label = label.replace(":", "_").replace(".", "_")
+        self.label = label.replace(":", "_").replace(".", "_").replace("/", "_").replace("[", "").replace("]", "")
         self._free: list[Region] = []
         self._all: list[Region] = []
         self._lock = threading.Lock()
@@ -63,7 +84,7 @@ class SharedMemoryPool:
                 return region
             size = max(_MIN_SIZE, 1 << (max(nbytes, 1) - 1).bit_length())
             number = next(_ids)
-            name = f"sonic_{os.getpid()}_{self.label}_{number}"
+            name = f"sonic_{_owner_tag()}_{self.label}_{number}"
             handle = shm.create_shared_memory_region(name, "/" + name, size, create_only=True)
             region = Region(name, "/" + name, handle, size)
             self._all.append(region)
