@@ -9,11 +9,24 @@ events differently from an in-process run, which a purely absolute tolerance wou
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import awkward as ak
 import numpy as np
 import uproot
+
+from ..framework.errors import ExitCode, SonicError, did_you_mean
+
+
+class CompareError(SonicError):
+    """A file that cannot be compared (missing, not ROOT, no such tree): exit 2, like diff's "trouble",
+    so that scripts can tell it from "the outputs differ" (exit 1)."""
+
+    exit_code = ExitCode.USAGE
 
 
 @dataclass
@@ -59,8 +72,8 @@ def compare_files(a: str, b: str, tree: str = "Events", atol: float = 1e-5, rtol
         cmp = compare_files("direct.root", "sonic.root")
         assert cmp.equal(), cmp.summary()
     """
-    with uproot.open(a) as fa, uproot.open(b) as fb:
-        ta, tb = fa[tree], fb[tree]
+    with _open(a) as fa, _open(b) as fb:
+        ta, tb = _tree(fa, a, tree), _tree(fb, b, tree)
         result = Comparison(entries=(ta.num_entries, tb.num_entries), atol=atol, rtol=rtol)
         names_a, names_b = set(ta.keys()), set(tb.keys())
         result.only_in_a = sorted(names_a - names_b)
@@ -68,7 +81,7 @@ def compare_files(a: str, b: str, tree: str = "Events", atol: float = 1e-5, rtol
         if result.entries[0] != result.entries[1]:
             return result
         for name in sorted(names_a & names_b):
-            x, y = ta[name].array(library="ak"), tb[name].array(library="ak")
+            x, y = _array(ta, a, name), _array(tb, b, name)
             if x.ndim > 1 and not ak.all(ak.num(x, axis=1) == ak.num(y, axis=1)):
                 result.structure.append(name)
                 continue
@@ -82,3 +95,35 @@ def compare_files(a: str, b: str, tree: str = "Events", atol: float = 1e-5, rtol
             result.max_abs_diff[name] = float(np.max(np.where(np.isnan(diff), np.inf, diff))) if diff.size else 0.0
             result.outside[name] = int(np.count_nonzero(~close))
     return result
+
+
+@contextlib.contextmanager
+def _open(path: str) -> Iterator[Any]:
+    """The ROOT file ``path``, or a :class:`CompareError` saying why it cannot be read."""
+    if "://" not in path:
+        if not os.path.exists(path):
+            raise CompareError(f"{path!r}: no such file")
+        if os.path.isdir(path):
+            raise CompareError(f"{path!r} is a directory, not a ROOT file")
+    try:
+        handle = uproot.open(path)
+    except Exception as err:  # noqa: BLE001 - uproot raises many types for a file that is not ROOT
+        raise CompareError(f"{path!r} is not a readable ROOT file ({type(err).__name__}: "
+                           f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    with handle:
+        yield handle
+
+
+def _tree(handle: Any, path: str, tree: str) -> Any:
+    try:
+        return handle[tree]
+    except uproot.KeyInFileError:
+        keys = [k.split(";")[0] for k in handle.keys(recursive=False)]
+        raise CompareError(f"{path!r} has no tree {tree!r}{did_you_mean(tree, keys)}; it holds {keys}") from None
+
+
+def _array(tree: Any, path: str, branch: str) -> Any:
+    try:
+        return tree[branch].array(library="ak")
+    except Exception as err:  # noqa: BLE001 - a corrupt basket raises whatever its decompressor raises
+        raise CompareError(f"cannot read branch {branch!r} of {path!r} (corrupt file?): {type(err).__name__}") from None

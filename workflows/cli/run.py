@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 from ...framework import config as cfgmod
-from ...framework.process import Process
+from ...framework.process import Process, Stop
 
 
 def add_process_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +65,36 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    with stop_on_signals():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM (a batch system's or ``timeout``'s stop) ends the job like Ctrl-C: the output is discarded and
+    every server the job started is stopped. A repeated signal while stopping is ignored, so the clean-up
+    itself is not cut short (SIGKILL still ends everything at once)."""
+
+    def stopping(signum: int, frame: Any) -> None:
+        """Not SIG_IGN: an ignored signal would stay ignored in any process started while stopping."""
+
+    def stop(signum: int, frame: Any) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # `timeout` signals the child and then its group: twice
+            signal.signal(sig, stopping)
+        raise Stop(signum)
+
+    if threading.current_thread() is not threading.main_thread():  # handlers belong to the main thread
+        yield
+        return
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(args: argparse.Namespace) -> int:
     config = cfgmod.load(args.config, overrides_from(args))
     from ..grid.job_folders import refuse_task_path  # grid (issue 11): a task's job folders belong to its jobs
 
@@ -68,6 +103,9 @@ def main(args: argparse.Namespace) -> int:
     result = Process(config).run(timing_json=args.timing_json, progress=False if args.no_progress else None)
     if not args.quiet:
         print(result.timing.table())
-    where = f" to {result.output}" if result.output else ""
-    print(f"processed {result.events} events, wrote {result.written}{where}", file=sys.stderr)
+    if result.output:
+        print(f"processed {result.events} events, wrote {result.written} to {result.output}", file=sys.stderr)
+    else:
+        print(f"processed {result.events} events ({result.written} passed the filters; no output file)",
+              file=sys.stderr)
     return 0
