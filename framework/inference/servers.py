@@ -8,9 +8,13 @@
 * **Choice.** For each request: the healthy servers with the model, lowest recent queue time first
   (from Triton's statistics API, refreshed in the background every ``refresh_s``); servers whose
   queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
-* **Health.** A server that fails a request as unreachable is marked down at once, so other requests
-  avoid it; one that stops answering the background statistics call is marked down too (it may have
-  been sent nothing since it died); down servers are probed again every ``reprobe_s``.
+* **Health** is a circuit breaker per server (``breaker.py``): ``threshold`` consecutive requests that
+  pass their deadline or find the server unreachable take it out of the rotation for a back-off
+  (a hung server says nothing, it only lets deadlines pass); so does a failed probe, and the background
+  statistics call finding it unreachable (it may have been sent nothing since it died). When the
+  back-off is over, one cheap probe on the background thread brings it back or takes it out again
+  for twice as long (capped). While every server with a model is out, the fallback serves it (or,
+  without fallback, requests fail naming each server and why it is out).
 * **Fallback.** When no healthy server has a model, a local Triton server (CPU, like CMSSW's
   TritonService fallback) is started on the job's own repository, once, and joins the pool. With no
   server configured at all, it is started at the beginning of the job.
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InferenceError, did_you_mean
+from .breaker import Action, Breaker, BreakerSettings, event_for
 from .connection import ServerConnection, ServerSpec
 from .repository import ModelInfo, ModelRepository, config_checksums
 from .triton_errors import NoServerError, RequestError
@@ -43,7 +48,7 @@ class ServerState:
     """What the pool knows about one server."""
 
     connection: ServerConnection
-    healthy: bool = False
+    breaker: Breaker = field(default_factory=Breaker)
     models: dict[str, str] = field(default_factory=dict)  # ready model → version
     reason: str = ""  # why it is down
     checked: float = 0.0  # when it was last probed
@@ -53,6 +58,11 @@ class ServerState:
     fallback: bool = False
     refused: dict[str, str] = field(default_factory=dict)  # model → why this server may not serve it
     verified: set[str] = field(default_factory=set)  # models whose version was checked on this server
+
+    @property
+    def healthy(self) -> bool:
+        """In rotation: its breaker is closed."""
+        return self.breaker.usable()
 
 
 class ServerPool:
@@ -67,19 +77,22 @@ class ServerPool:
         connection_options (dict): keyword arguments for every :class:`ServerConnection`
             (timeout_s, compression, model_versions).
         shared_memory (str): "auto" (local servers), "on" or "off".
-        refresh_s (float): how often queue times are refreshed.
-        reprobe_s (float): how often a down server is probed again.
+        refresh_s (float): how often queue times are refreshed (and open breakers' back-offs checked).
+        probe_timeout (float): deadline of the probes at start.
+        breaker (BreakerSettings | None): each server's circuit breaker (see ``breaker.py``).
     """
 
     def __init__(self, specs: list[ServerSpec], repository: ModelRepository | None = None, fallback: bool = True,
                  fallback_options: Mapping[str, Any] | None = None, connection_options: Mapping[str, Any] | None = None,
-                 shared_memory: str = "auto", refresh_s: float = 2.0, reprobe_s: float = 10.0, probe_timeout: float = 5.0):
+                 shared_memory: str = "auto", refresh_s: float = 2.0, probe_timeout: float = 5.0,
+                 breaker: BreakerSettings | None = None):
         self.repository = repository
         self.fallback_allowed = fallback and repository is not None
         self.fallback_options = dict(fallback_options or {})
         self.connection_options = dict(connection_options or {})
         self.shared_memory = shared_memory
-        self.refresh_s, self.reprobe_s, self.probe_timeout = refresh_s, reprobe_s, probe_timeout
+        self.refresh_s, self.probe_timeout = refresh_s, probe_timeout
+        self.breaker_settings = breaker or BreakerSettings()
         self.states: list[ServerState] = []
         self.fallback_server: Any = None
         self._fallback_error: BaseException | None = None
@@ -107,27 +120,29 @@ class ServerPool:
 
     def _add(self, spec: ServerSpec, fallback: bool = False) -> ServerState:
         connection = ServerConnection(spec, shared_memory=self._use_shm(spec), **self.connection_options)
-        state = ServerState(connection, fallback=fallback)
+        state = ServerState(connection, breaker=Breaker(self.breaker_settings), fallback=fallback)
         with self._lock:
             self.states.append(state)
         return state
 
-    def _probe(self, state: ServerState, at_start: bool = False) -> None:
+    def _probe(self, state: ServerState, at_start: bool = False, timeout: float | None = None) -> None:
+        """Asks the server whether it is live and which models it has; the answer closes its breaker,
+        silence or refusal opens it."""
         try:
-            models = state.connection.probe(self.probe_timeout)
+            models = state.connection.probe(timeout or self.probe_timeout)
         except RequestError as err:
-            with self._lock:
-                state.healthy, state.reason, state.checked = False, err.args[0], time.monotonic()
+            self._record(state, "trip", err.args[0])
             if at_start:
                 log.warning("Triton server %s is not reachable; skipped (%s)", state.connection.address, err.args[0])
             return
         with self._lock:
-            was_down = not state.healthy and state.checked > 0
-            models = {m: v for m, v in models.items() if m not in state.refused}
-            state.healthy, state.models, state.reason, state.checked = True, models, "", time.monotonic()
+            was_down = state.checked > 0 and state.reason != ""
+            state.models = {m: v for m, v in models.items() if m not in state.refused}
+            state.checked = time.monotonic()
+        self._record(state, "success")
         self._begin_statistics(state)
         if was_down:
-            log.info("Triton server %s is back with %d models", state.connection.address, len(models))
+            log.info("Triton server %s is back with %d models", state.connection.address, len(state.models))
 
     def start_fallback(self) -> ServerState:
         """Starts (once) the local CPU server on the job's repository and adds it to the pool."""
@@ -217,11 +232,50 @@ class ServerPool:
         return f"no server can run model {model!r}: " + "; ".join(lines)
 
     def mark_down(self, connection: ServerConnection, reason: str) -> None:
+        """Takes the server out of rotation now (it was found unreachable by a control call)."""
+        state = self._state_of(connection)
+        if state is not None:
+            self._record(state, "trip", reason)
+
+    def record(self, connection: ServerConnection, status: str | None, reason: str = "") -> Action:
+        """What a finished request says about its server: ``status`` None for a result, else the gRPC status.
+
+        Returns the breaker's action: "open"/"reopen" when this took the server out of rotation (requests
+        still waiting on it should fail over now rather than each wait for its own deadline).
+        """
+        state = self._state_of(connection)
+        return self._record(state, event_for(status), reason) if state is not None else "none"
+
+    def usable(self, connection: ServerConnection) -> bool:
+        """Whether the server is in rotation (a request may be retried on it)."""
+        state = self._state_of(connection)
+        return state is not None and state.healthy
+
+    def _state_of(self, connection: ServerConnection) -> ServerState | None:
         with self._lock:
-            for state in self.states:
-                if state.connection is connection and state.healthy:
-                    state.healthy, state.reason, state.checked = False, reason, time.monotonic()
-                    log.warning("Triton server %s marked down: %s", connection.address, reason)
+            return next((s for s in self.states if s.connection is connection), None)
+
+    def _record(self, state: ServerState, event: str, reason: str = "") -> Action:
+        with self._lock:
+            now = time.monotonic()
+            failures = state.breaker.failures + 1
+            action = state.breaker.record(event, now)  # type: ignore[arg-type]
+            if action == "open":
+                why = f"{failures} consecutive failures, the last: {reason}" if event == "failure" else reason
+                state.reason, state.checked = why or "not answering", now
+            elif action == "reopen":
+                state.checked = now
+            elif action == "close":
+                state.reason = ""
+        address = state.connection.address
+        if action == "open":
+            log.warning("Triton server %s out of rotation for %.1f s (%s)", address, state.breaker.backoff, state.reason)
+        elif action == "reopen":
+            log.warning("Triton server %s still not answering; out of rotation for %.1f s more",
+                        address, state.breaker.backoff)
+        elif action == "close":
+            log.info("Triton server %s answers again: back in rotation", address)
+        return action
 
     # -- model configs ---------------------------------------------------------------------------------
     def model_info(self, model: str) -> ModelInfo:
@@ -299,9 +353,12 @@ class ServerPool:
         """Recent queue times of healthy servers; probes of down ones (runs on the background thread)."""
         try:
             for state in list(self.states):
+                with self._lock:
+                    action = state.breaker.poll(time.monotonic())
+                if action == "probe":  # the back-off is over: one short probe decides
+                    self._probe(state, timeout=self.breaker_settings.probe_timeout_s)
+                    continue
                 if not state.healthy:
-                    if time.monotonic() - state.checked >= self.reprobe_s:
-                        self._probe(state)
                     continue
                 try:
                     stats = state.connection.statistics()
@@ -310,6 +367,8 @@ class ServerPool:
                     # here, not only by a failing request, so reports and later choices know it is down
                     if err.status == "UNAVAILABLE":
                         self.mark_down(state.connection, err.args[0])
+                    elif err.status == "DEADLINE_EXCEEDED":
+                        self.record(state.connection, err.status, err.args[0])
                     continue
                 queue = {}
                 for key, now in stats.items():
@@ -322,6 +381,11 @@ class ServerPool:
                     state.last_stats = stats
         finally:
             self._refreshing = False
+
+    def breaker_openings(self) -> dict[str, int]:
+        """How many times each server left the rotation (its breaker opened or re-opened) in this job."""
+        with self._lock:
+            return {s.connection.address: s.breaker.opened for s in self.states if s.breaker.opened}
 
     def statistics(self) -> dict[str, dict[str, dict[str, float]]]:
         """Server-side counters since this job started using each server: ``{server: {model: {...}}}``."""

@@ -17,8 +17,12 @@ What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
 3. each request goes to the server the :class:`~.servers.ServerPool` chooses, asynchronously
    (tritonclient callbacks; system shared memory when the server is local; gRPC compression if asked);
 4. a failed request is retried on the same server up to ``allowed_tries`` times when that can help
-   (deadline, server busy), then **fails over** to another server with the model, and finally to the
-   local **fallback** server; a request that is wrong in itself (bad shape) fails at once;
+   (deadline, server busy) and the server is still in rotation, then **fails over** to another server
+   with the model, and finally to the local **fallback** server; a request that is wrong in itself
+   (bad shape) fails at once. Each server has a circuit breaker (``breaker.py``): when a few
+   consecutive requests pass their deadline or find it unreachable, it leaves the rotation and every
+   request still waiting on it fails over at once (its gRPC call is left to finish or expire; its
+   answer is ignored), so a hung server costs a job about one ``timeout_s``, not one per request;
 5. the answers are reassembled in request order into one ``{output: array}``.
 
 Server-side queue and compute times per model (Triton's statistics API) are part of
@@ -28,6 +32,8 @@ Server-side queue and compute times per model (Triton's statistics API) are part
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,8 +42,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..futures import gather
 from .client import Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, split_requests
+from .breaker import BreakerSettings
 from .connection import ServerConnection, ServerSpec
 from .repository import ModelInfo, ModelRepository
 from .servers import ServerPool
@@ -46,7 +54,7 @@ from .triton_errors import NoServerError, RequestError
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)  # kept in sets by identity (requests waiting on a server)
 class _Attempt:
     """One request's way through retries and failovers."""
 
@@ -59,6 +67,7 @@ class _Attempt:
     failed: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     last_error: BaseException | None = None
+    sent: int = 0  # which send the pending callback belongs to: an abandoned send's answer is ignored
 
 
 class SonicClient(InferenceClient):
@@ -77,16 +86,25 @@ class SonicClient(InferenceClient):
         self.counters = Counters()
         # retries and failovers may start a server (seconds): never on a gRPC callback thread
         self._recovery = ThreadPoolExecutor(2, thread_name_prefix="sonic-recovery")
+        self._lock = threading.Lock()
+        self._waiting: dict[str, set[_Attempt]] = {}  # server address → requests sent there, unanswered
+        self.deadlines: Counter[str] = Counter()  # server address → requests that passed their deadline there
 
     @classmethod
     def from_config(cls, config: Any, repository: ModelRepository | None) -> SonicClient:
         """From the ``services.inference`` settings (:class:`~.service.InferenceConfig`)."""
         specs = [ServerSpec.parse(item) for item in config.servers]
+        try:
+            breaker = BreakerSettings(threshold=config.breaker_threshold, backoff_s=config.breaker_backoff_s,
+                                      max_backoff_s=config.breaker_max_backoff_s)
+        except ValueError as err:
+            raise ConfigError(str(err), key="services.inference.breaker_*") from None
         pool = ServerPool(specs, repository=repository, fallback=config.fallback,
                           fallback_options=dict(config.fallback_server or {}),
                           connection_options={"timeout_s": config.timeout_s, "compression": config.compression,
                                               "model_versions": config.model_versions},
-                          shared_memory=config.shared_memory)
+                          shared_memory=config.shared_memory,
+                          breaker=breaker)
         return cls(pool, allowed_tries=config.allowed_tries)
 
     def model_info(self, model: str) -> ModelInfo:
@@ -129,15 +147,29 @@ class SonicClient(InferenceClient):
         attempt.tries += 1
         connection = attempt.connection
         self.counters.count_server(attempt.info.name, connection.address)
+        with self._lock:
+            attempt.sent += 1
+            sent = attempt.sent
+            self._waiting.setdefault(connection.address, set()).add(attempt)
         connection.send(attempt.info, attempt.inputs, attempt.outputs).add_done_callback(
-            lambda fut: self._done(attempt, connection, fut))
+            lambda fut: self._done(attempt, connection, sent, fut))
         return attempt.result
 
-    def _done(self, attempt: _Attempt, connection: ServerConnection, fut: Future) -> None:
+    def _done(self, attempt: _Attempt, connection: ServerConnection, sent: int, fut: Future) -> None:
+        with self._lock:
+            if attempt.sent != sent:  # abandoned when the server left the rotation: already sent elsewhere
+                return
+            self._waiting.get(connection.address, set()).discard(attempt)
         if fut.cancelled():  # the client is closing (or a sibling request failed): nothing to retry
             attempt.result.cancel()
             return
         err = fut.exception()
+        status = err.status if isinstance(err, RequestError) else None
+        if status == "DEADLINE_EXCEEDED":
+            with self._lock:
+                self.deadlines[connection.address] += 1
+        if self.pool.record(connection, status, str(err) if err else "") in ("open", "reopen"):
+            self._abandon(connection)
         if err is None:
             attempt.result.set_result(fut.result())
             return
@@ -149,20 +181,41 @@ class SonicClient(InferenceClient):
             self.counters.add(model, failures=1)
             attempt.result.set_exception(err)
             return
-        if action == "retry" and attempt.tries < self.allowed_tries:
+        if action == "retry" and attempt.tries < self.allowed_tries and self.pool.usable(connection):
             self.counters.add(model, retries=1)
             log.info("retrying (%d/%d): %s", attempt.tries + 1, self.allowed_tries, err)
         else:
-            if isinstance(err, RequestError) and err.status == "UNAVAILABLE":
-                self.pool.mark_down(connection, err.args[0])
-            attempt.failed.add(connection.address)
-            attempt.connection = None
-            self.counters.add(model, failovers=1)
+            self._fail_over(attempt, connection, err)
             log.warning("failing over: %s", err)
+        self._resend(attempt, err)
+
+    def _fail_over(self, attempt: _Attempt, connection: ServerConnection, err: BaseException) -> None:
+        attempt.failed.add(connection.address)
+        attempt.connection = None
+        self.counters.add(attempt.info.name, failovers=1)
+
+    def _resend(self, attempt: _Attempt, err: BaseException) -> None:
         try:
             self._recovery.submit(self._send, attempt)
         except RuntimeError:  # closed while requests were still failing
             attempt.result.set_exception(err)
+
+    def _abandon(self, connection: ServerConnection) -> None:
+        """The server just left the rotation: the requests still waiting on it fail over now instead of
+        each waiting for its own deadline (their gRPC calls are not cancelled: the answer is ignored)."""
+        with self._lock:
+            stuck = self._waiting.pop(connection.address, set())
+            for attempt in stuck:
+                attempt.sent += 1
+        if stuck:
+            log.warning("failing over %d requests waiting on %s (out of rotation)", len(stuck), connection.address)
+        for attempt in stuck:
+            err = RequestError(attempt.info.name, connection.address, "UNAVAILABLE",
+                               "left waiting: the server stopped answering (circuit breaker open)", "failover")
+            attempt.errors.append(str(err))
+            attempt.last_error = attempt.last_error or err
+            self._fail_over(attempt, connection, err)
+            self._resend(attempt, err)
 
     # -- reports and life cycle ------------------------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
@@ -179,7 +232,10 @@ class SonicClient(InferenceClient):
                     lines.append(f"{address:<26} {model:<20} {int(s['requests']):9d} {int(s['executions']):10d} "
                                  f"{s['inferences'] / executions:9.1f} {s['queue_ns'] / max(1, s['requests']) / 1e6:12.3f} "
                                  f"{compute:15.3f}")
+        with self._lock:
+            deadlines = dict(self.deadlines)
         return {"mode": self.mode, "models": self.counters.as_dict(), "servers": servers, "extra_lines": lines,
+                "deadlines": deadlines, "out_of_rotation": self.pool.breaker_openings(),
                 "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None}
 
     def close(self) -> None:

@@ -1,10 +1,14 @@
-"""A server killed mid-run: requests fail over to another server or to the local fallback, and every
-event's result is present and equal to a clean run."""
+"""A server killed or stopped mid-run: requests fail over to another server or to the local fallback, and
+every event's result is present and equal to a clean run; a stopped server leaves the rotation after a few
+deadlines (circuit breaker) and comes back after SIGCONT."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +18,12 @@ import uproot
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework import config as cfgmod
+from sonic_hep.framework.inference.breaker import BreakerSettings
+from sonic_hep.framework.inference.connection import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.servers import ServerPool
+from sonic_hep.framework.inference.sonic import SonicClient
 from sonic_hep.framework.process import Process
 
 from .conftest import sonic_client
@@ -118,3 +126,60 @@ def test_a_job_whose_only_server_dies_finishes_on_the_fallback(tmp_path):
         expected = np.concatenate(column) if column.dtype == object else column
         got = np.concatenate(failed_over[name]) if failed_over[name].dtype == object else failed_over[name]
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.timeout(120)  # without the breaker it never leaves the rotation: this bound fails the test
+def test_a_stopped_server_leaves_the_rotation_after_a_few_deadlines_and_returns_after_sigcont(tmp_path, demo_repository,
+                                                                                              rng):
+    # a SIGSTOPped server answers nothing and refuses nothing: without the circuit breaker every request sent to it
+    # waited its whole deadline (times allowed_tries) before failing over; with it, `threshold` deadlines take it out
+    first = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "first").start()
+    second = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "second").start()
+    settings = BreakerSettings(threshold=3, backoff_s=0.3, max_backoff_s=1.0, probe_timeout_s=0.5)
+    pool = ServerPool([ServerSpec(first.grpc_url), ServerSpec(second.grpc_url)], demo_repository, fallback=False,
+                      connection_options={"timeout_s": 1.0}, refresh_s=0.1, breaker=settings)
+    client = SonicClient(pool, allowed_tries=3)
+    direct = DirectClient(demo_repository)
+    stopped = False
+    sent: list[tuple[np.ndarray, Future]] = []
+
+    def stream(until, limit: int) -> None:
+        """Requests with up to 8 in flight (a job's streams) until ``until()`` holds; fails past ``limit`` requests."""
+        flying: list[Future] = []
+        while not until():
+            assert len(sent) < limit, f"gave up after {limit} requests: {pool.states[0].breaker.state}, {client.statistics()}"
+            x = rng.standard_normal((int(rng.integers(1, 20)), 16)).astype(np.float32)
+            flying.append(client.infer("demo_mlp", {"x": x}))
+            sent.append((x, flying[-1]))
+            if len(flying) >= 8:
+                flying.pop(0).result(60)
+        for future in flying:
+            future.result(60)
+
+    def used(address: str) -> int:
+        return client.counters.as_dict().get("demo_mlp", {}).get("servers", {}).get(address, 0)
+
+    try:
+        stream(lambda: used(first.grpc_url) >= 20, 200)
+        os.kill(first.pid, signal.SIGSTOP)
+        stopped = True
+        # out of rotation, and one probe at least found it still silent (re-opened), before it is continued
+        stream(lambda: pool.states[0].breaker.opened >= 2, 5000)
+        during = used(first.grpc_url)
+        os.kill(first.pid, signal.SIGCONT)
+        stopped = False
+        stream(lambda: used(first.grpc_url) > during, 5000)  # a later probe brings it back, requests go to it
+        for x, future in sent:  # every request answered, each equal to direct inference
+            np.testing.assert_allclose(future.result(60)["probs"], direct.run("demo_mlp", {"x": x})["probs"],
+                                       rtol=0, atol=1e-5)
+        assert 1 <= client.deadlines[first.grpc_url] <= settings.threshold, client.deadlines
+        assert client.deadlines[second.grpc_url] == 0
+        assert first.alive() and second.alive()
+        assert pool.states[0].healthy and client.counters.as_dict()["demo_mlp"]["failures"] == 0
+    finally:
+        if stopped:
+            os.kill(first.pid, signal.SIGCONT)
+        client.close()
+        direct.close()
+        first.stop()
+        second.stop()

@@ -27,9 +27,12 @@ class Address:
 
 def pool_with(*servers: tuple[str, bool, dict[str, float]]) -> ServerPool:
     pool = ServerPool([], fallback=False, refresh_s=1e9)
-    pool.states = [ServerState(Address(name), healthy=healthy, models=dict.fromkeys(queues, "1"), queue_ms=dict(queues),
+    pool.states = [ServerState(Address(name), models=dict.fromkeys(queues, "1"), queue_ms=dict(queues),
                                reason="" if healthy else "connection refused", verified=set(queues))
                    for name, healthy, queues in servers]
+    for state, (_, healthy, _) in zip(pool.states, servers):
+        if not healthy:
+            state.breaker.record("trip", 0.0)  # out of rotation, as a failed probe leaves it
     return pool
 
 
