@@ -3,14 +3,21 @@
 ::
 
     sonic server start --repository data/models/demo            # foreground; Ctrl-C or SIGTERM stops it
-    sonic server start --config miniaod --grpc-port 8001 --host 0.0.0.0 --device gpu
+    sonic server start --config miniaod --grpc-port 8001 --host 0.0.0.0 --device gpu \
+        --tls-cert server.pem --tls-key server.key --tls-root-cert clients-ca.pem   # gRPC only, mutual TLS
     sonic server status                                          # servers started here, models and readiness
     sonic server status 10.0.0.7:8001                            # any Triton server
     sonic server stop 127.0.0.1:8001                             # or --all
     sonic server add-model --repository data/models/mine --name tagger --onnx tagger.onnx --max-batch-size 256
 
+``--host`` binds gRPC only; HTTP (plain, no TLS in Triton) and metrics stay on loopback unless
+``--http-host`` / ``--metrics-host`` say otherwise, and every endpoint other machines can reach without
+TLS is printed as a WARNING. The banner prints what the process really listens on.
+
 ``start`` records the running server in ``$SONIC_HEP_STATE`` (default ``~/.cache/sonic-hep/servers``)
-so ``stop`` and ``status`` find it; the record goes away when the server stops.
+so ``stop`` and ``status`` find it; the record goes away when the server stops. The record names the
+``sonic server start`` process by PID, start time and command line: ``stop`` signals it only when all
+three still match, so a stale record (its process gone, its PID reused) never signals a stranger.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 from pathlib import Path
 
 from ...framework.errors import SonicError
+from ...framework.inference.owner import ProcessId
 
 
 def state_dir() -> Path:
@@ -34,20 +42,48 @@ def _record_path(grpc_url: str) -> Path:
     return state_dir() / (grpc_url.replace(":", "_").replace("/", "_") + ".json")
 
 
-def running_records() -> list[dict]:
-    """Servers started by ``sonic server start`` on this machine that are still running."""
-    records = []
+def _supervisor(record: dict) -> ProcessId | None:
+    """The ``sonic server start`` process a record names, or None for a record that names none."""
+    try:
+        return ProcessId.from_dict(record["supervisor"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_records(remove_stale: bool = True) -> tuple[list[dict], list[dict]]:
+    """``(running, stale)`` records of servers started by ``sonic server start`` on this machine.
+
+    A record is running only while the process it names has the same PID, start time and command line;
+    stale records (the process exited, or its PID now belongs to another process) are removed unless
+    ``remove_stale`` is false.
+    """
+    running, stale = [], []
     for path in sorted(state_dir().glob("*.json")):
         try:
             record = json.loads(path.read_text())
-            alive = _alive(record["supervisor_pid"])
-        except (OSError, ValueError, KeyError):
-            alive = False
-        if not alive:
-            path.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        records.append(record)
-    return records
+        except (OSError, ValueError):
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        record["_path"] = str(path)
+        supervisor = _supervisor(record)
+        if supervisor is not None and supervisor.alive():
+            running.append(record)
+        else:
+            if remove_stale:
+                path.unlink(missing_ok=True)
+            stale.append(record)
+    return running, stale
+
+
+def running_records() -> list[dict]:
+    """Servers started by ``sonic server start`` on this machine that are still running."""
+    return read_records()[0]
+
+
+def _stale_line(record: dict) -> str:
+    pid = (record.get("supervisor") or {}).get("pid", record.get("supervisor_pid", "?"))
+    return (f"sonic: stale record {record['_path']} ({record.get('grpc', 'no address')}): pid {pid} is no longer "
+            f"the `sonic server start` that wrote it; removed the record and signalled nothing")
 
 
 # -- start ------------------------------------------------------------------------------------------------
@@ -68,7 +104,8 @@ def _repositories(args: argparse.Namespace) -> list[str]:
 def start(args: argparse.Namespace) -> int:
     from ...framework.inference.server import TritonServer, parse_cpus
 
-    server = TritonServer(_repositories(args), models=args.model or None, host=args.host, grpc_port=args.grpc_port,
+    server = TritonServer(_repositories(args), models=args.model or None, host=args.host, http_host=args.http_host,
+                          metrics_host=args.metrics_host, keep_workdir=args.keep_workdir or None, grpc_port=args.grpc_port,
                           http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
                           model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
@@ -85,10 +122,13 @@ def start(args: argparse.Namespace) -> int:
         server.start()
         record = _record_path(server.grpc_url)
         record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({**server.describe(), "supervisor_pid": os.getpid(), "started": time.time()}))
-        tls = " (TLS)" if server.tls["cert"] else ""
-        print(f"Triton server ready: grpc {server.grpc_url}{tls}  http {server.http_url}  metrics {server.metrics_url}")
-        print(f"models: {', '.join(server.served)}")
+        supervisor = ProcessId.current()
+        server_process = ProcessId.of(server.pid)
+        record.write_text(json.dumps({**server.describe(), "supervisor": supervisor.to_dict(),
+                                      "server": server_process.to_dict() if server_process else None,
+                                      "supervisor_pid": os.getpid(), "started": time.time()}))
+        print(f"Triton server ready: grpc {server.grpc_url}  {_banner(server)}")
+        print(f"models: {', '.join(server.served)}")  # exposure warnings: logged by server.start()
         print(f"log: {server.log_path}   (Ctrl-C or `sonic server stop {server.grpc_url}` stops it)", flush=True)
         while not stop_requested and server.alive():
             time.sleep(0.2)
@@ -106,49 +146,59 @@ def start(args: argparse.Namespace) -> int:
         print("Triton server stopped", file=sys.stderr)
 
 
+def _banner(server: object) -> str:
+    """Each endpoint with what the process really listens on (from the kernel), and the TLS mode."""
+    bound = server.bound()
+    tls = ("mutual TLS: client certificates required" if server.tls["root"] else "TLS") if server.tls["cert"] else "plain"
+    parts = []
+    for kind in ("grpc", "http", "metrics"):
+        where = ", ".join(a + (" (every interface)" if a.startswith(("0.0.0.0:", "[::]:")) else "")
+                          for a in bound.get(kind) or []) or "not listening"
+        parts.append(f"{kind} on {where}" + (f" ({tls})" if kind == "grpc" else " (plain)"))
+    return "listening: " + "; ".join(parts)
+
+
 # -- stop -------------------------------------------------------------------------------------------------
 def stop(args: argparse.Namespace) -> int:
-    records = running_records()
+    records, stale = read_records(remove_stale=False)
+    for record in stale:
+        if args.all or record.get("grpc") in (args.address or []):
+            Path(record["_path"]).unlink(missing_ok=True)
+            print(_stale_line(record), file=sys.stderr)
+    stale_addresses = {r.get("grpc") for r in stale}
     if args.all:
         chosen = records
     else:
         if not args.address:
             raise SonicError("name the server(s) to stop (HOST:PORT, as `sonic server status` lists them) or --all")
         by_url = {r["grpc"]: r for r in records}
-        missing = [a for a in args.address if a not in by_url]
+        missing = [a for a in args.address if a not in by_url and a not in stale_addresses]
         if missing:
             raise SonicError(f"no server started by `sonic server start` on this machine at {missing}; "
                              f"running: {sorted(by_url) or 'none'}")
-        chosen = [by_url[a] for a in args.address]
+        chosen = [by_url[a] for a in args.address if a in by_url]
     for record in chosen:
-        os.kill(record["supervisor_pid"], signal.SIGTERM)
+        supervisor = _supervisor(record)
+        if supervisor is None or not supervisor.alive():  # checked again right before the signal
+            print(_stale_line(record), file=sys.stderr)
+            continue
+        os.kill(supervisor.pid, signal.SIGTERM)
     for record in chosen:
+        supervisor = _supervisor(record)
         deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline and _alive(record["supervisor_pid"]):
+        while time.monotonic() < deadline and supervisor.alive():
             time.sleep(0.1)
-        state = "still stopping" if _alive(record["supervisor_pid"]) else "stopped"
-        print(f"{record['grpc']}: {state}")
-    if not chosen:
+        print(f"{record['grpc']}: {'still stopping' if supervisor.alive() else 'stopped'}")
+    if not chosen and not stale:
         print("no running servers")
-    return 0
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, exited but not yet reaped by its parent, counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return True
+    return 1 if any(r.get("grpc") in (args.address or []) for r in stale) else 0
 
 
 # -- status -----------------------------------------------------------------------------------------------
 def status(args: argparse.Namespace) -> int:
     import tritonclient.grpc as grpcclient
+
+    from ...framework.inference.tls_probe import speaks_tls
 
     records = {r["grpc"]: r for r in running_records()}
     addresses = args.address or list(records)
@@ -164,7 +214,10 @@ def status(args: argparse.Namespace) -> int:
             metadata = client.get_server_metadata(client_timeout=5)
             index = client.get_model_repository_index(client_timeout=5).models
         except Exception as err:  # noqa: BLE001 - tritonclient raises its own and grpc's errors
-            print(f"{address}: unreachable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+            if not tls and speaks_tls(address):
+                print(f"{address}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)")
+            else:
+                print(f"{address}: unreachable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
             failures += 1
             continue
         finally:
@@ -206,20 +259,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repository", "-r", action="append", metavar="DIR", help="model repository (repeatable)")
     p.add_argument("--config", metavar="CONFIG", help="take the repositories from a configuration's services.inference")
     p.add_argument("--model", "-m", action="append", metavar="NAME", help="serve only these models (repeatable)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback; 0.0.0.0 for all)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address gRPC binds (default: loopback; 0.0.0.0 for all); use TLS off loopback")
+    p.add_argument("--http-host", default="127.0.0.1", metavar="H",
+                   help="address of plain HTTP inference (default: loopback whatever --host is; Triton has no TLS for it)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="H", help="address of metrics (default: loopback)")
     p.add_argument("--grpc-port", type=int, metavar="P", help="default: a free port")
     p.add_argument("--http-port", type=int, metavar="P", help="default: a free port")
     p.add_argument("--metrics-port", type=int, metavar="P", help="default: a free port")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="cpu hides GPUs; gpu keeps instance kinds")
     p.add_argument("--python", metavar="EXE", help="interpreter for python models (default: this one)")
-    p.add_argument("--workdir", metavar="DIR", help="runtime repository, backends and log (default: a temp folder)")
+    p.add_argument("--workdir", metavar="DIR",
+                   help="runtime repository, backends and log (default: a temp folder, removed on a clean stop)")
+    p.add_argument("--keep-workdir", action="store_true",
+                   help="keep the work folder after a clean stop (also: SONIC_HEP_KEEP_WORKDIR=1)")
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
     p.add_argument("--cpus", metavar="LIST", help="pin the server to these cores (e.g. 0-7,12), leaving the rest to jobs")
     p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate: gRPC over TLS (with --tls-key)")
     p.add_argument("--tls-key", metavar="PEM", help="server private key")
-    p.add_argument("--tls-root-cert", metavar="PEM", help="root certificate of client certificates: mutual TLS")
+    p.add_argument("--tls-root-cert", metavar="PEM",
+                   help="CA of client certificates: mutual TLS, clients without a certificate it signed are refused")
     p.set_defaults(func=start)
 
     p = actions.add_parser("stop", help="stop servers started with `sonic server start`")
