@@ -135,12 +135,27 @@ def test_merge_and_run_never_write_into_a_job_folder(finished, task, tmp_path, s
     assert not list(task.files(0).directory.glob("output.root.tmp-*"))
 
 
+@pytest.mark.parametrize("where, why", [
+    ("{task}/jobs", "lies inside the task"), ("{task}", "lies inside the task"),
+    ("{task}/logs/m.root", "lies inside the task"), ("{source}", "is an input of the task"),
+    ("{base}", "is a directory"), ("{base}/missing/m.root", "does not exist")])
+def test_merge_refuses_a_target_it_must_not_or_cannot_write_before_reading_any_output(finished, where, why):
+    base, config, source, task, pristine = finished
+    target = where.format(task=task.directory, source=source, base=base)
+    before = {p: p.stat().st_mtime_ns for p in [source, *base.iterdir()] if p.is_file()}
+    with pytest.raises(GridError, match=why) as refused:
+        merge(task, target)
+    assert "\n" not in str(refused.value) and target in str(refused.value)
+    assert {p: p.stat().st_mtime_ns for p in [source, *base.iterdir()] if p.is_file()} == before
+
+
 def test_which_paths_belong_to_a_task(finished, tmp_path):
     task = finished[3]
     assert owning_task(task.files(0).output) == task.directory
     assert owning_task(task.directory / "jobs" / "new.root") == task.directory
     assert owning_task(task.directory / "logs" / "x.root") == task.directory
     assert owning_task(task.directory / "task.json") == task.directory
+    assert owning_task(task.directory) == task.directory and owning_task(task.directory / "jobs") == task.directory
     assert owning_task(task.directory / "merged.root") is None  # beside the jobs: allowed
     assert owning_task(tmp_path / "jobs" / "0000" / "output.root") is None  # no task.json above
     with pytest.raises(GridError, match="write it outside"):

@@ -29,13 +29,21 @@ def follow(task: Task, timeout: float | None, interval: float = 1.0) -> int:
     return 1 if any(s.state == "failed" for s in statuses) else 0
 
 
+def count(text: str) -> int:
+    """A number of lines: 0 or more (argparse reports anything else as a usage error)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("status", help="state of a task's jobs, with failure reasons and timing",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", metavar="DIR", help="the task directory (--output-dir of sonic submit)")
     parser.add_argument("--json", action="store_true", help="print the states and the timing summary as JSON")
     parser.add_argument("--failed", action="store_true", help="list only jobs that are not done")
-    parser.add_argument("--log-lines", type=int, default=8, metavar="N", help="log lines shown per failed job")
+    parser.add_argument("--log-lines", type=count, default=8, metavar="N", help="log lines shown per failed job")
     parser.add_argument("--verify", action="store_true",
                         help="recompute each done output's sha256 against the one recorded when it was marked done")
     parser.add_argument("--wait", action="store_true", help="wait until no job is pending or running")

@@ -6,8 +6,8 @@ folder does the same. :func:`refuse_task_path` says no to both before anything i
 writer allowed there is the job wrapper, for the files of the job it runs (:func:`job_writes`).
 
 A path is inside a task when one of its parents (symbolic links resolved) is a task directory
-(it holds ``task.json``) and the path lies in its ``jobs/`` or ``logs/`` folder, or is one of the
-task's own records (``task.json``, ``config.yaml``).
+(it holds ``task.json``) and the path is or lies in its ``jobs/`` or ``logs/`` folder, or is one of
+the task's own records (``task.json``, ``config.yaml``), or is the task directory itself.
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ def owning_task(path: str | os.PathLike) -> Path | None:
         owning_task("T/merged.root")            # -> None (beside the jobs, not among them)
     """
     real = _real(path)
+    if (real / "task.json").is_file():  # the task directory itself
+        return real
     if real.name in TASK_RECORDS and (real.parent / "task.json").is_file():
         return real.parent
-    for folder in real.parents:
+    for folder in (real, *real.parents):
         if folder.name in TASK_FOLDERS and (folder.parent / "task.json").is_file():
             return folder.parent
     return None

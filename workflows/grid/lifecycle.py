@@ -7,7 +7,9 @@ jobs. The table below combines them; every pair is listed, so nothing is decided
 
 States: ``new`` (never submitted) → ``pending`` → ``running`` → ``done`` | ``failed``;
 ``failed`` → ``pending`` again by ``resubmit`` while retries are left. ``done`` is final: a validated
-output is never resubmitted or overwritten.
+output is never resubmitted or overwritten — unless it changed after the job was marked done
+(removed, rewritten, corrupted; see ``integrity``): ``status`` then reports the job ``failed`` with
+what changed, since that output is no longer the job's, and ``resubmit`` redoes it.
 """
 
 from __future__ import annotations

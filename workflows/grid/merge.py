@@ -140,9 +140,9 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
     Raises:
         IncompleteTask: a job is not done or its output does not validate.
         GridError: the outputs have different branches, the merged count does not add up, or
-            ``output`` lies inside a task's job folders.
+            ``output`` cannot be written (see :func:`check_target`).
     """
-    refuse_task_path(output, "merge --output")
+    check_target(task, output)
     outputs = check_complete(task, tree)
     target = os.path.abspath(output)
     tmp = f"{target}.tmp-{os.getpid()}"
@@ -193,10 +193,35 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
             if int(check[tree].num_entries) != expected:
                 raise GridError(f"{tmp} holds {check[tree].num_entries} entries, expected {expected}")
         os.replace(tmp, target)
+    except OSError as err:  # a full disk, a quota: nothing is left that looks complete
+        where = f"{err.filename}: " if err.filename else ""
+        raise GridError(f"cannot merge into {target}: {where}{err.strerror or err}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return written
+
+
+def check_target(task: Task, output: str | os.PathLike) -> None:
+    """Refuses, before any output is read, a merged file that would replace what the task needs or that
+    cannot be written: one inside a task's job folders or records, one of the task's inputs, a directory,
+    or a path whose directory is missing or read-only.
+
+    Raises:
+        GridError: naming ``output`` and why.
+    """
+    refuse_task_path(output, "merge --output")
+    target = os.path.realpath(output)
+    if target in {os.path.realpath(p) for p in task.description.inputs if "://" not in p}:
+        raise GridError(f"merge --output {os.fspath(output)!r} is an input of the task {task.directory}; "
+                        f"name another file")
+    if os.path.isdir(target):
+        raise GridError(f"merge --output {os.fspath(output)!r} is a directory; name a file in it")
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        raise GridError(f"merge --output {os.fspath(output)!r}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise GridError(f"merge --output {os.fspath(output)!r}: directory {parent} is not writable")
 
 
 def merged_metadata(task: Task, parts: list[dict[str, Any]], written: int) -> dict[str, Any]:
