@@ -77,10 +77,18 @@ class ProcessId:
         """``<pid>-<start>``: unique among every process this machine ran since boot."""
         return f"{self.pid}-{self.start}"
 
-    def alive(self) -> bool:
-        """True while this very process runs (not a zombie, not a later process given the same PID)."""
+    def alive(self, same_command: bool = True) -> bool:
+        """True while this very process runs (not a zombie, not a later process given the same PID).
+
+        Args:
+            same_command (bool): also require the same command line (before signalling a process);
+                PID and start time alone already identify it (enough before removing its litter,
+                and right for a process that may rename itself).
+        """
         now = ProcessId.of(self.pid)
-        return now is not None and now.start == self.start and (not self.cmdline or now.cmdline == self.cmdline)
+        if now is None or now.start != self.start:
+            return False
+        return not same_command or not self.cmdline or now.cmdline == self.cmdline
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "start": self.start, "cmdline": list(self.cmdline)}

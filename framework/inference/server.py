@@ -504,7 +504,7 @@ def sweep_stale_workdirs(folder: str | os.PathLike | None = None) -> list[Path]:
                 owners.append(ProcessId.from_dict(record["server"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not ours, or not ours to judge
-        if record.get("keep") or any(owner.alive() for owner in owners):
+        if record.get("keep") or any(owner.alive(same_command=False) for owner in owners):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference import server as server_module
 from sonic_hep.framework.inference.owner import ProcessId, sweep_shared_memory
+from sonic_hep.framework.inference.private_memory import preload_library
 from sonic_hep.framework.inference.server import OWNER_FILE, STUB_SHM_PATTERN, TritonServer, sweep_stale_workdirs
 from sonic_hep.framework.inference.shm import CLIENT_SHM_PATTERN, SharedMemoryPool
 from sonic_hep.framework.inference.sockets import listening_table
@@ -138,6 +140,8 @@ def test_stub_shared_memory_is_private_and_removed_after_a_kill(tmp_path):
         assert set(modes.values()) == {"0o600"}, modes
         with open(f"/proc/{server.pid}/status") as status:
             assert "Umask:\t0077" in status.read()
+        if shutil.which("cc") or shutil.which("gcc"):  # private from creation on, not made private afterwards
+            assert preload_library() is not None
         server.kill()
         assert not list(SHM.glob(server.shm_prefix + "*"))
     finally:
