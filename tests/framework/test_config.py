@@ -102,3 +102,78 @@ def test_zero_streams_rejected(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_text(tmp_path, GOOD, ["options.streams=0"])
     assert "options.streams" in str(err.value)
+
+
+@pytest.mark.parametrize("override, key", [
+    ("ht.min_pt=abc", "modules.ht.min_pt"),          # a module parameter that is in the file (line 8)
+    ("ht.src=3", "modules.ht.src"),
+    ("ht.type=Nope", "modules.ht.type"),
+    ("source.files=3", "source.files"),              # a section key that is in the file (line 3)
+    ("source={files: 3}", "source.files"),           # a whole section given on the command line
+])
+def test_override_errors_blame_the_command_line_not_the_yaml_line(tmp_path, override, key):
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, GOOD, [override])
+    text = str(err.value)
+    assert text.startswith(f"<command line>: {key}: ") and "c.yaml" not in text
+
+
+def test_errors_in_the_file_still_name_its_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, GOOD.replace("src: Jet", "src: 3"), ["ht.min_pt=30"])
+    assert "c.yaml:7: modules.ht.src" in str(err.value)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("source.first_entry=-5", "source.first_entry: must be at least 0, got -5"),
+    ("source.max_events=-5", "source.max_events: must be at least -1, got -5 (-1 means all events)"),
+    ("source.events=-1", "source.events: must be at least 0"),
+    ("options.threads=100000", "options.threads: must be at most 1024, got 100000"),
+    ("options.streams=100000", "options.streams: must be at most 4096"),
+    ("output.chunk_size=0", "output.chunk_size: must be at least 1"),
+])
+def test_values_out_of_range(tmp_path, override, message):
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, GOOD, [override])
+    assert message in str(err.value)
+
+
+def test_config_that_is_not_a_yaml_text_file(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        cfgmod.load(tmp_path)
+    binary = tmp_path / "c.root"
+    binary.write_bytes(b"root\x00\x00\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=r"c\.root: not a YAML configuration: byte \d+ is not UTF-8"):
+        cfgmod.load(binary)
+
+
+def test_unreadable_config(tmp_path, monkeypatch):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD)
+    real_open = open
+
+    def refuse(file, *args, **kwargs):  # root reads a chmod-000 file, so the refusal is simulated
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(ConfigError, match="c.yaml: configuration file cannot be read: permission denied"):
+        cfgmod.load(path)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("timeout_s", -1, "must be a positive number of seconds, got -1"),
+    ("timeout_s", 0, "must be a positive number of seconds"),
+    ("timeout_s", ".nan", "must be a positive number of seconds, got nan"),
+    ("allowed_tries", 0, "must be at least 1"),
+    ("workers", 0, "must be at least 1"),
+])
+def test_inference_settings_out_of_range(key, value, message):
+    import yaml
+
+    from sonic_hep.framework.inference.service import InferenceConfig
+
+    with pytest.raises(ConfigError) as err:
+        InferenceConfig.from_dict({key: yaml.safe_load(str(value))})
+    assert f"services.inference.{key}: {message}" in str(err.value)

@@ -166,3 +166,56 @@ def test_output_directory_must_exist(tmp_path, nano_files):
              "output": {"file": str(tmp_path / "no" / "dir" / "out.root")}})
     assert "does not exist" in str(err.value)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("first, message", [
+    (20, "'{a}' has 20 entries"),
+    (1000, "'{a}' has 20 entries"),
+])
+def test_first_entry_past_the_end_names_the_file_and_its_entries(tmp_path, first, message):
+    from tests.framework.conftest import write_nano
+
+    a = write_nano(tmp_path / "a.root", 20, seed=3)
+    with pytest.raises(SourceError) as err:
+        run({"source": {"files": [str(a)], "first_entry": first}, "modules": {"ht": {"type": "CollectionSum"}},
+             "output": {"file": str(tmp_path / "out.root")}})
+    assert f"source.first_entry {first} is past the end" in str(err.value)
+    assert message.format(a=a) in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.root"]
+
+
+def test_first_entry_past_the_end_of_several_files(tmp_path, nano_files):
+    with pytest.raises(SourceError, match=r"the 2 input files have 240 entries \(a.root: 150, b.root: 90\)"):
+        run({"source": {"files": [str(f) for f in nano_files], "first_entry": 240},
+             "modules": {"ht": {"type": "CollectionSum"}}})
+
+
+def test_empty_source_range(tmp_path):
+    with pytest.raises(SourceError, match="outside the empty source's 10 events"):
+        run({"source": {"type": "empty", "events": 10, "first_entry": 10}, "modules": {"v": {"type": "TAdd"}}})
+    result = run({"source": {"type": "empty", "events": 10, "first_entry": 6, "max_events": 8},
+                  "modules": {"v": {"type": "TAdd"}}})
+    assert result.events == 4  # entries 6..9: max_events is at most, not past the end
+
+
+def test_histogram_only_job_on_a_file_without_event_ids(tmp_path):
+    """No run/lumi/event and no product to write: the tree counts the events, the histograms are kept."""
+    path = tmp_path / "noid.root"
+    with uproot.recreate(path) as f:
+        f["Events"] = {"MET_pt": np.arange(20, dtype=np.float32)}
+    out = tmp_path / "hist.root"
+    result = run({"source": {"files": [str(path)], "chunk_size": 8},
+                  "modules": {"h": {"type": "Histogram1D", "src": "MET_pt", "bins": 10, "high": 20.0}},
+                  "output": {"file": str(out)}})
+    assert result.output == str(out)
+    with uproot.open(out) as f:
+        assert f["h/h"].values().sum() == 20
+        assert f["Events"]["event_index"].array(library="np").tolist() == list(range(20))
+
+
+def test_histograms_without_an_output_file_are_refused_before_the_first_event(tmp_path, nano_files):
+    from sonic_hep.framework import ConfigError
+
+    with pytest.raises(ConfigError, match=r"output.file: module\(s\) h fill histograms, but there is no output file"):
+        run({"source": {"files": [str(nano_files[0])]},
+             "modules": {"h": {"type": "Histogram1D", "src": "MET_pt"}, "t": {"type": "TSleep", "ms": 60000.0}}})
