@@ -72,7 +72,8 @@ def _command(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
-    return " ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+    args = [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+    return " ".join([os.path.basename(args[0]), *args[1:]]) if args else ""
 
 
 def port_holder(port: int) -> str | None:
@@ -83,7 +84,7 @@ def port_holder(port: int) -> str | None:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and _socket_inodes(int(entry)) & inodes:
             command = _command(int(entry))
-            return f"pid {entry} ({command[:100]})" if command else f"pid {entry}"
+            return f"pid {entry} ({command[:80]})" if command else f"pid {entry}"
     return "a process of another user"
 
 
