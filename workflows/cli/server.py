@@ -29,9 +29,13 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...framework.errors import SonicError
 from ...framework.inference.owner import ProcessId
+
+if TYPE_CHECKING:
+    from ...framework.inference.server import TritonServer
 
 
 def state_dir() -> Path:
@@ -146,7 +150,7 @@ def start(args: argparse.Namespace) -> int:
         print("Triton server stopped", file=sys.stderr)
 
 
-def _banner(server: object) -> str:
+def _banner(server: TritonServer) -> str:
     """Each endpoint with what the process really listens on (from the kernel), and the TLS mode."""
     bound = server.bound()
     tls = ("mutual TLS: client certificates required" if server.tls["root"] else "TLS") if server.tls["cert"] else "plain"
