@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 
-import htcondor2
 import pytest
 import yaml
 
@@ -34,10 +33,15 @@ def directives(script: str) -> list[str]:
     return [line for line in script.splitlines() if line.startswith("#SBATCH")]
 
 
-def test_names_are_sanitised_and_paths_quoted_in_slurm_and_condor_text(tmp_path, inputs):
-    marker = tmp_path / "pwned"
-    task = prepare(SubmitRequest(config=hostile_config(tmp_path, marker), inputs=[str(inputs[0])],
+@pytest.fixture
+def hostile_task(tmp_path, inputs):
+    """A task whose process name holds a line of shell and whose directory holds quotes, spaces and a macro."""
+    return prepare(SubmitRequest(config=hostile_config(tmp_path, tmp_path / "pwned"), inputs=[str(inputs[0])],
                                  output_dir=str(tmp_path / 'my "task" $(id) dir')))
+
+
+def test_names_are_sanitised_and_paths_quoted_in_the_slurm_script(tmp_path, hostile_task):
+    marker, task = tmp_path / "pwned", hostile_task
     script = executor_class("slurm")(task, {"partition": "debug", "extra": ["--comment=a b"]}).script([0], 0, 2)
     lines = script.splitlines()
     assert not any(str(marker) in line and not line.startswith("#") for line in lines), script
@@ -48,6 +52,10 @@ def test_names_are_sanitised_and_paths_quoted_in_slurm_and_condor_text(tmp_path,
     exec_line = next(line for line in lines if line.startswith("exec "))
     assert shlex.split(exec_line)[4] == str(task.directory)  # one word, as given
 
+
+def test_names_are_sanitised_and_paths_quoted_in_the_condor_description(hostile_task):
+    htcondor2 = pytest.importorskip("htcondor2")
+    task = hostile_task
     condor = executor_class("condor")(task, {})
     desc = condor.description(None)
     assert "\n" not in "".join(desc.values()) and desc["batch_name"].startswith("sonic-x_touch_")
