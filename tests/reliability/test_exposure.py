@@ -170,6 +170,11 @@ def test_mutual_tls_refuses_clients_without_a_certificate_from_the_ca(tmp_path, 
         assert status.returncode == 1
         assert status.stdout.strip().splitlines() == [
             f"{server.grpc_url}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)"]
+        mutual = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-root-cert", pki["ca"],
+                                 "--tls-cert", pki["client_cert"], "--tls-key", pki["client_key"]],
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
+        assert mutual.returncode == 0 and f"{server.grpc_url}: live" in mutual.stdout, mutual.stdout + mutual.stderr
 
 
 def test_a_fixed_port_in_use_names_the_port_and_its_holder(tmp_path):

@@ -211,8 +211,9 @@ def status(args: argparse.Namespace) -> int:
         return 0
     failures = 0
     for address in addresses:
-        tls = bool(args.tls_root_cert) or records.get(address, {}).get("tls", False)
-        client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_root_cert)
+        tls = bool(args.tls_root_cert or args.tls_cert) or records.get(address, {}).get("tls", False)
+        client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_root_cert,
+                                                  private_key=args.tls_key, certificate_chain=args.tls_cert)
         try:
             live = client.is_server_live(client_timeout=5)
             metadata = client.get_server_metadata(client_timeout=5)
@@ -296,6 +297,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = actions.add_parser("status", help="models and readiness of servers")
     p.add_argument("address", nargs="*", metavar="HOST:PORT", help="gRPC address (default: servers started here)")
     p.add_argument("--tls-root-cert", metavar="PEM", help="talk TLS, trusting this root certificate")
+    p.add_argument("--tls-cert", metavar="PEM", help="client certificate, for a server with mutual TLS (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="private key of the client certificate")
     p.set_defaults(func=status)
 
     p = actions.add_parser("add-model", help="write a Triton repository entry (onnxruntime_onnx) for an ONNX file")
