@@ -16,7 +16,14 @@ One idea per file:
 * ``repository.py`` — Triton model repositories; ``onnx_specs.py`` — specs read from ONNX files.
 """
 
-from .client import InferenceClient, check_inputs
+import os
+
+# Servers are forked while gRPC threads run (a fallback started mid-job). gRPC's fork handlers then crash
+# the child before it execs (SIGSEGV in an ``event_engine`` thread, about 1 start in 8 under load); they are
+# only read when gRPC is first imported, which happens below this package, so they are turned off here.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+from .client import InferenceClient, check_inputs  # noqa: E402
 from .producer import InferenceProducer
 from .repository import ModelInfo, ModelRepository, TensorSpec
 
