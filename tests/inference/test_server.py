@@ -169,6 +169,8 @@ def _certificates(folder) -> dict[str, str]:
 
 
 def test_grpc_over_tls(tmp_path, demo_repository, rng):
+    from sonic_hep.framework.inference.tls_probe import server_tls
+
     from .conftest import sonic_client
 
     pem = _certificates(tmp_path / "pki")
@@ -181,6 +183,7 @@ def test_grpc_over_tls(tmp_path, demo_repository, rng):
             np.testing.assert_allclose(secure.infer("demo_sum", {"x": x}).result(30)["y"], x.sum(axis=0), rtol=1e-5)
         finally:
             secure.close()
+        assert server_tls(server.grpc_url) == "tls"  # TLS, no client certificate asked for
         plain = sonic_client([server.grpc_url], probe_timeout=3)
         try:
             with pytest.raises(InferenceError, match=rf"{server.grpc_url}: down"):

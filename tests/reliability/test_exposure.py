@@ -26,7 +26,7 @@ from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.sockets import listening
-from sonic_hep.framework.inference.tls_probe import speaks_tls
+from sonic_hep.framework.inference.tls_probe import hint, server_tls
 
 from ..inference.conftest import sonic_client
 
@@ -164,17 +164,31 @@ def test_mutual_tls_refuses_clients_without_a_certificate_from_the_ca(tmp_path, 
         assert server.describe()["mutual_tls"]
 
         # a plain client is told that the server speaks TLS, in one line
-        assert speaks_tls(server.grpc_url) and not speaks_tls(server.http_url)
+        assert server_tls(server.grpc_url) == "mutual" and server_tls(server.http_url) is None
         status = subprocess.run([*CLI, "server", "status", server.grpc_url], capture_output=True, text=True,
                                 timeout=60, env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
         assert status.returncode == 1
         assert status.stdout.strip().splitlines() == [
             f"{server.grpc_url}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)"]
+        no_certificate = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-root-cert", pki["ca"]],
+                                        capture_output=True, text=True, timeout=60,
+                                        env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
+        assert no_certificate.stdout.strip().splitlines() == [
+            f"{server.grpc_url}: refused: the server requires a client certificate (give --tls-cert and --tls-key)"]
         mutual = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-root-cert", pki["ca"],
                                  "--tls-cert", pki["client_cert"], "--tls-key", pki["client_key"]],
                                 capture_output=True, text=True, timeout=60,
                                 env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
         assert mutual.returncode == 0 and f"{server.grpc_url}: live" in mutual.stdout, mutual.stdout + mutual.stderr
+
+
+def test_tls_hints_name_what_the_client_must_change():
+    assert hint(None, ssl=False, client_certificate=False) is None  # plain server: TLS explains nothing
+    assert "set ssl: true" in hint("tls", ssl=False, client_certificate=False)
+    assert "set ssl: true" in hint("mutual", ssl=False, client_certificate=False)
+    assert "client certificate" in hint("mutual", ssl=True, client_certificate=False)
+    assert hint("mutual", ssl=True, client_certificate=True) is None
+    assert hint("tls", ssl=True, client_certificate=False) is None
 
 
 def test_a_fixed_port_in_use_names_the_port_and_its_holder(tmp_path):

@@ -202,7 +202,7 @@ def stop(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     import tritonclient.grpc as grpcclient
 
-    from ...framework.inference.tls_probe import speaks_tls
+    from ...framework.inference.tls_probe import server_tls
 
     records = {r["grpc"]: r for r in running_records()}
     addresses = args.address or list(records)
@@ -219,8 +219,11 @@ def status(args: argparse.Namespace) -> int:
             metadata = client.get_server_metadata(client_timeout=5)
             index = client.get_model_repository_index(client_timeout=5).models
         except Exception as err:  # noqa: BLE001 - tritonclient raises its own and grpc's errors
-            if not tls and speaks_tls(address):
+            mode = server_tls(address)
+            if mode is not None and not tls:
                 print(f"{address}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)")
+            elif mode == "mutual" and not args.tls_cert:
+                print(f"{address}: refused: the server requires a client certificate (give --tls-cert and --tls-key)")
             else:
                 print(f"{address}: unreachable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
             failures += 1
