@@ -1,0 +1,131 @@
+"""Every python model the project ships answers a failed batch with one TritonError *per response*.
+
+One error object shared by the responses of a batched execution is freed once per response by the
+Triton 2.51 python stub: the messages come back garbled and the server dies under concurrency
+(issue 11; reproduced end to end in test_fuzz.py, where it is a race). Here the models run in this
+process against a stand-in for ``triton_python_backend_utils`` that records what they build, so a
+shared error is caught every time, without a server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sonic_hep.framework.inference.repository import ModelRepository
+
+from .conftest import PROJECT
+
+ONNX_BACKEND = PROJECT / "framework" / "inference" / "backends" / "onnxruntime" / "model.py"
+GPU_ENTRY = PROJECT / "data" / "models" / "protodune_gpu" / "emtrkmichelid"
+
+
+class FakeTensor:
+    def __init__(self, name: str, value: np.ndarray):
+        self._name, self.value = name, value
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self.value
+
+
+class FakeRequest:
+    def __init__(self, **inputs: np.ndarray):
+        self.tensors = [FakeTensor(name, value) for name, value in inputs.items()]
+
+    def inputs(self) -> list[FakeTensor]:
+        return self.tensors
+
+    def requested_output_names(self) -> list[str]:
+        return []
+
+
+class TritonError:
+    INVALID_ARG = 3
+
+    def __init__(self, message: str, code: int | None = None):
+        self.text, self.code = message, code
+
+    def message(self) -> str:
+        return self.text
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=None, error=None):
+        self.output_tensors, self.error = output_tensors, error
+
+
+def fake_pb_utils() -> types.ModuleType:
+    module = types.ModuleType("triton_python_backend_utils")
+    module.TritonError, module.InferenceResponse = TritonError, InferenceResponse
+    module.Tensor = FakeTensor
+    module.get_input_tensor_by_name = lambda request, name: next((t for t in request.tensors if t.name() == name), None)
+    module.triton_string_to_numpy = lambda name: np.dtype(name.removeprefix("TYPE_").lower()
+                                                           .replace("fp", "float"))
+    return module
+
+
+@pytest.fixture
+def pb_utils(monkeypatch) -> types.ModuleType:
+    module = fake_pb_utils()
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", module)
+    return module
+
+
+def load(path: Path, name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def args(entry: Path, config: dict) -> dict[str, str]:
+    return {"model_config": json.dumps(config), "model_repository": str(entry), "model_version": "1",
+            "model_instance_kind": "CPU"}
+
+
+def assert_one_error_each(responses: list, model: str, count: int) -> None:
+    errors = [response.error for response in responses]
+    assert len(errors) == count and all(isinstance(e, TritonError) for e in errors)
+    assert len({id(e) for e in errors}) == count, f"{model}: responses share a TritonError object"
+    for error in errors:
+        assert error.message().startswith(f"model {model!r}: "), error.message()
+
+
+def test_onnxruntime_backend_batch_failure(pb_utils):
+    entry = PROJECT / "data" / "models" / "miniaod" / "miniaod_deepmet"
+    info = ModelRepository([entry.parent]).get("miniaod_deepmet")
+    model = load(ONNX_BACKEND, "_onnx_backend_model").TritonPythonModel()
+    model.initialize(args(entry, info.config_dict))
+    bad = {name: np.full((1, 4500, d), 1e6 if name == "input_cat0" else 0.0, np.float32)
+           for name, d in (("input", 8), ("input_cat0", 1), ("input_cat1", 1), ("input_cat2", 1))}
+    responses = model.execute([FakeRequest(**bad) for _ in range(4)])  # one group: one onnxruntime call
+    assert_one_error_each(responses, "miniaod_deepmet", 4)
+    assert "idx=1000000" in responses[0].error.message()
+
+
+def test_exatrkx_stage_failure(pb_utils):
+    entry = PROJECT / "data" / "models" / "exatrkx" / "exatrkx_labeling"
+    info = ModelRepository([entry.parent]).get("exatrkx_labeling")
+    model = load(entry / "1" / "model.py", "_exatrkx_labeling_model").TritonPythonModel()
+    model.initialize(args(entry, info.config_dict))
+    bad = {"num_hits": np.array([3]), "edge_index": np.array([[0, 10**6], [1, 2]]), "score": np.ones(2, np.float32)}
+    assert_one_error_each(model.execute([FakeRequest(**bad) for _ in range(3)]), "exatrkx_labeling", 3)
+
+
+def test_protodune_gpu_model_failure(pb_utils):
+    pytest.importorskip("torch")
+    info = ModelRepository([GPU_ENTRY.parent]).get("emtrkmichelid")
+    model = load(GPU_ENTRY / "1" / "model.py", "_protodune_gpu_model").TritonPythonModel()
+    model.initialize(args(GPU_ENTRY, info.config_dict))
+    # a tensor the stub would not hand over (no DLPack): the whole execution fails
+    requests = [FakeRequest(patches=np.zeros((2, 48, 48, 1), np.uint8)) for _ in range(3)]
+    assert_one_error_each(model.execute(requests), "emtrkmichelid", 3)
