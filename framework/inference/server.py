@@ -413,7 +413,10 @@ class TritonServer:
             pass
 
     def _keep(self, reason: str) -> None:
-        """Keeps the work folder for its log; a kept folder is never swept."""
+        """Keeps a work folder we made, for its log; a kept folder is never swept (the user's are never
+        removed anyway)."""
+        if not self._own_workdir:
+            return
         self._write_owner(keep=reason)
         log.warning("kept the Triton server's work folder %s: %s", self.workdir, reason)
 
