@@ -23,6 +23,7 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -54,7 +55,8 @@ def _cache_dir() -> Path:
 @functools.cache
 def preload_library() -> str | None:
     """Path of the compiled ``fchmod`` library (built on first use), or None without a C compiler."""
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12] + "-" + platform.machine()  # a shared $HOME
+    # may serve nodes of other architectures
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"sonic-hep-lib-{os.getuid()}"):
         target = folder / f"libsonic_private_shm-{digest}.so"
