@@ -55,8 +55,8 @@ def _cache_dir() -> Path:
 @functools.cache
 def preload_library() -> str | None:
     """Path of the compiled ``fchmod`` library (built on first use), or None without a C compiler."""
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12] + "-" + platform.machine()  # a shared $HOME
-    # may serve nodes of other architectures
+    # named after the architecture too: a shared $HOME may serve nodes of other kinds
+    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12] + "-" + platform.machine()
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"sonic-hep-lib-{os.getuid()}"):
         target = folder / f"libsonic_private_shm-{digest}.so"
