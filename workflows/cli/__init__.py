@@ -67,13 +67,18 @@ def _silence_stdout() -> None:
         pass
 
 
+_PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def _where(err: BaseException) -> str:
-    """``file:line`` of the innermost frame of a traceback, for the one line a bug gets."""
+    """``file:line`` of the innermost frame in sonic-hep's own code (else the innermost), for the one line a bug gets."""
     frames = traceback.extract_tb(err.__traceback__)
     if not frames:
         return "?"
-    frame = frames[-1]
-    return f"{os.path.relpath(frame.filename) if not frame.filename.startswith('<') else frame.filename}:{frame.lineno}"
+    ours = [f for f in frames if f.filename.startswith(_PROJECT + os.sep)]
+    frame = (ours or frames)[-1]
+    name = os.path.relpath(frame.filename, _PROJECT) if ours else os.path.basename(frame.filename)
+    return f"{name}:{frame.lineno}"
 
 
 def main(argv: list[str] | None = None) -> int:
