@@ -146,11 +146,21 @@ class SonicClient(InferenceClient):
             return attempt.result
         attempt.tries += 1
         connection = attempt.connection
-        self.counters.count_server(attempt.info.name, connection.address)
         with self._lock:
             attempt.sent += 1
             sent = attempt.sent
             self._waiting.setdefault(connection.address, set()).add(attempt)
+        if not self.pool.usable(connection):
+            # it left the rotation after it was chosen: the failover of its waiting requests may have run before
+            # this one was registered, so this one goes elsewhere now instead of waiting for its deadline
+            with self._lock:
+                abandoned = attempt.sent != sent  # that failover took it: it resends it
+                self._waiting.get(connection.address, set()).discard(attempt)
+            if abandoned:
+                return attempt.result
+            self._fail_over(attempt, connection)
+            return self._send(attempt)
+        self.counters.count_server(attempt.info.name, connection.address)
         connection.send(attempt.info, attempt.inputs, attempt.outputs).add_done_callback(
             lambda fut: self._done(attempt, connection, sent, fut))
         return attempt.result
@@ -185,11 +195,11 @@ class SonicClient(InferenceClient):
             self.counters.add(model, retries=1)
             log.info("retrying (%d/%d): %s", attempt.tries + 1, self.allowed_tries, err)
         else:
-            self._fail_over(attempt, connection, err)
+            self._fail_over(attempt, connection)
             log.warning("failing over: %s", err)
         self._resend(attempt, err)
 
-    def _fail_over(self, attempt: _Attempt, connection: ServerConnection, err: BaseException) -> None:
+    def _fail_over(self, attempt: _Attempt, connection: ServerConnection) -> None:
         attempt.failed.add(connection.address)
         attempt.connection = None
         self.counters.add(attempt.info.name, failovers=1)
@@ -214,7 +224,7 @@ class SonicClient(InferenceClient):
                                "left waiting: the server stopped answering (circuit breaker open)", "failover")
             attempt.errors.append(str(err))
             attempt.last_error = attempt.last_error or err
-            self._fail_over(attempt, connection, err)
+            self._fail_over(attempt, connection)
             self._resend(attempt, err)
 
     # -- reports and life cycle ------------------------------------------------------------------------

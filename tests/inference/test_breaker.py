@@ -196,3 +196,19 @@ def _until(condition, timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the client did not resend in time"
         time.sleep(0.005)
+
+
+def test_a_request_whose_server_left_the_rotation_between_choice_and_send_goes_elsewhere():
+    hung, good = FakeServer("hung:1", hung=True), FakeServer("good:1")
+    pool = pool_of(hung, good)
+    chosen_before_it_opened = [hung]
+    choose = pool.choose
+    pool.choose = lambda model, exclude=frozenset(): chosen_before_it_opened.pop() if chosen_before_it_opened \
+        else choose(model, exclude)
+    pool.mark_down(hung, "not answering")  # opens (and fails over what waits there) after the choice
+    client = SonicClient(pool)
+    try:
+        assert send(client, 3.0).result(5)["y"].item() == 6.0
+        assert hung.received == 0 and good.received == 1  # never left waiting on it for a deadline
+    finally:
+        client.close()

@@ -1,0 +1,166 @@
+"""Chaos: six concurrent ``sonic run`` jobs share two managed Triton servers while a fault schedule kills
+one, stops the other (SIGSTOP) until every job has fallen back to its own local server, continues it and
+restarts the first. Every job must finish with output equal to a clean direct run, and leave nothing:
+no server process, no shared memory region, no temporary output.
+
+Real processes throughout (the CLI in subprocesses, ``tritonserver`` from the wheel); each wait is
+bounded, nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
+from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.workflows.compare import compare_files
+
+pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]
+
+JOBS = 6
+EVENTS = 3000  # ~30 s of work per job here: long enough for the whole fault schedule to land mid-run
+TIMEOUT_S = 2.0
+SETTINGS = [f"source.events={EVENTS}", "options.progress=false", f"services.inference.timeout_s={TIMEOUT_S}",
+            "services.inference.breaker_backoff_s=0.5", "services.inference.breaker_max_backoff_s=2"]
+
+
+def sonic_run(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sonic_hep.workflows.cli", "run", "demo_inference", "--no-progress", "-q", *args]
+
+
+def answered(server: TritonServer) -> int:
+    """Requests of demo_mlp the server has answered."""
+    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("demo_mlp").model_stats
+    return stats[0].inference_stats.success.count if stats else 0
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of every process below ``pid`` (from /proc: no extra package needed)."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        names[int(entry.name)] = name
+        children.setdefault(int(rest[1]), []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append((child, names.get(child, "?")))
+        todo += children.get(child, [])
+    return found
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention ``text`` (a job's folders): servers left behind."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+def shm_of(pids: list[int]) -> list[str]:
+    """/dev/shm regions named after one of ``pids`` (client regions ``sonic_<pid>-<start>_``, server stubs
+    ``sonic_triton_<pid>-<start>_``)."""
+    pattern = re.compile(r"sonic_(?:triton_)?(\d+)-\d+_")
+    return [p.name for p in Path("/dev/shm").iterdir()
+            if (m := pattern.match(p.name)) and int(m.group(1)) in pids]
+
+
+def test_six_jobs_survive_a_killed_and_a_stopped_server(tmp_path):
+    outputs, timings = tmp_path / "outputs", tmp_path / "timings"
+    outputs.mkdir()
+    timings.mkdir()
+    direct = tmp_path / "direct.root"
+    subprocess.run(sonic_run("-o", str(direct), *[f"-p={s}" for s in SETTINGS]), check=True, timeout=120,
+                   capture_output=True)
+
+    first = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "first").start()
+    second = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "second").start()
+    restarted: TritonServer | None = None
+    jobs: list[subprocess.Popen] = []
+    stopped = False
+    try:
+        for i in range(JOBS):
+            fallback = f"services.inference.fallback_server={{workdir: '{tmp_path / f'fallback-{i}'}', models: [demo_mlp]}}"
+            args = ["-o", str(outputs / f"job-{i}.root"), "--timing-json", str(timings / f"job-{i}.json"),
+                    "--inference", "sonic", "--server", first.grpc_url, "--server", second.grpc_url,
+                    *[f"-p={s}" for s in SETTINGS], f"-p={fallback}"]
+            jobs.append(subprocess.Popen(sonic_run(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+        # the fault schedule, each step once every job is where the step should hurt
+        wait_for(lambda: answered(first) >= 300 and answered(second) >= 300, 90, "both servers in use")
+        first.kill()
+        os.kill(second.pid, signal.SIGSTOP)
+        stopped = True
+        running = [job for job in jobs if job.poll() is None]
+        assert len(running) == JOBS, "a job ended before the faults: raise EVENTS"
+        wait_for(lambda: all(job.poll() is not None or any(name == "tritonserver" for _, name in descendants(job.pid))
+                             for job in jobs), 90, "every job to start its fallback server")
+        os.kill(second.pid, signal.SIGCONT)
+        stopped = False
+        restarted = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "restarted",
+                                 grpc_port=first.ports["grpc"], http_port=first.ports["http"],
+                                 metrics_port=first.ports["metrics"]).start()
+
+        results = [job.communicate(timeout=180) for job in jobs]
+        for i, (job, (_, stderr)) in enumerate(zip(jobs, results)):
+            assert job.returncode == 0, f"job {i} exited {job.returncode}:\n{stderr[-3000:]}"
+        for i in range(JOBS):
+            comparison = compare_files(str(direct), str(outputs / f"job-{i}.root"))
+            assert comparison.equal, f"job {i}: {comparison.summary()}"
+            report = json.loads((timings / f"job-{i}.json").read_text())["inference"]
+            assert report["fallback"] is not None, f"job {i} never needed its fallback: the faults came too late"
+            assert {first.grpc_url, second.grpc_url} <= set(report["out_of_rotation"]), (i, report["out_of_rotation"])
+            assert report["models"]["demo_mlp"]["failures"] == 0
+
+        # nothing left behind by the jobs: no server (fallbacks ran in tmp_path/fallback-*), no memory, no temporaries
+        job_pids = [job.pid for job in jobs]
+        for i in range(JOBS):
+            assert not processes_mentioning(str(tmp_path / f"fallback-{i}")), f"job {i}'s fallback server outlived it"
+        assert not shm_of(job_pids), f"shared memory left by the jobs: {shm_of(job_pids)}"
+        assert sorted(p.name for p in outputs.iterdir()) == [f"job-{i}.root" for i in range(JOBS)]
+        assert sorted(p.name for p in timings.iterdir()) == [f"job-{i}.json" for i in range(JOBS)]
+    finally:
+        if stopped:
+            os.kill(second.pid, signal.SIGCONT)
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+        for server in (restarted, second, first):
+            if server is not None:
+                server.stop()
+    # and the servers this test managed are gone with their memory
+    assert not processes_mentioning(str(tmp_path)), processes_mentioning(str(tmp_path))
+    assert not shm_of([os.getpid()]), shm_of([os.getpid()])
