@@ -112,3 +112,27 @@ def test_end_job_runs_even_when_a_module_fails():
         run({"source": empty(20), "modules": {"m": {"type": "TLifecycle", "fail_at": 5}},
              "options": {"streams": 2, "threads": 1}})
     assert sorted(what for what, _ in tm.TLifecycle.log) == ["begin", "begin", "end", "end"]
+
+
+def test_a_refused_worker_thread_names_options_threads(tmp_path, monkeypatch):
+    """A process or memory limit that refuses a thread (``can't start new thread``) is one ConfigError."""
+    import threading
+
+    from sonic_hep.framework import ConfigError
+
+    started = []
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name.startswith("sonic-worker-") and len(started) >= 3:
+            raise RuntimeError("can't start new thread")
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    out = tmp_path / "out.root"
+    with pytest.raises(ConfigError, match=r"options.threads: the system refused worker thread 4 of 8"):
+        run({"source": empty(10), "modules": {"a": {"type": "TAdd"}}, "output": {"file": str(out)},
+             "options": {"threads": 8}})
+    monkeypatch.undo()
+    assert not out.exists() and list(tmp_path.iterdir()) == []
