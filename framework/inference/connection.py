@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..futures import background_loop
 from .repository import ModelInfo, parse_specs
 from .shm import SharedMemoryPool, aligned
-from .triton_errors import RequestError, convert
+from .triton_errors import ACTIONS, RequestError, convert
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,15 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 #: in ``shared_memory: auto``, requests smaller than this go in the gRPC message
 SHM_MIN_BYTES = 16 * 1024
+
+#: gRPC deadline of a call (at least; 10 × timeout_s if longer): only a server silent this long is cancelled
+ORPHAN_DEADLINE_S = 600.0
+
+#: timed-out calls still running on one server beyond which new requests fail at once (and fail over)
+ORPHAN_LIMIT = 256
+
+#: at close, how long to wait for calls still running before the channel (and so they) are closed
+CLOSE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,9 +104,20 @@ class _OutputSlot:
 class ServerConnection:
     """A channel to one server.
 
+    Deadlines are local. Triton 2.51's gRPC frontend can crash (SIGSEGV) when clients cancel calls in
+    flight, and a gRPC deadline is such a cancellation; a client must not be able to take a shared
+    server down by timing out. So a request that passes ``timeout_s`` fails for its caller with
+    status ``DEADLINE_EXCEEDED`` (retried or failed over like before) while its call runs on to its
+    end and the answer is dropped; its shared memory region is reused only after that end. gRPC
+    itself gets only a safety deadline (``ORPHAN_DEADLINE_S``, or 10 × ``timeout_s``) for a server
+    that never answers. While ``ORPHAN_LIMIT`` such calls are unanswered, new requests fail at once
+    (DEADLINE_EXCEEDED, to be failed over) instead of piling more work on a server that is far
+    behind. :meth:`close` waits ``CLOSE_GRACE_S`` for such calls before closing.
+
     Args:
         spec (ServerSpec): address and TLS settings.
-        timeout_s (float): per-request deadline (gRPC ``client_timeout``).
+        timeout_s (float): per-request deadline, enforced here: the caller gets DEADLINE_EXCEEDED after
+            ``timeout_s`` but the gRPC call is *not* cancelled (see below).
         compression (str): "none", "gzip" or "deflate" (gRPC message compression).
         shared_memory (str): "on" (tensors through system shared memory), "off", or "auto": shared
             memory for requests of at least ``SHM_MIN_BYTES`` (below that, copying into the gRPC
@@ -119,6 +139,9 @@ class ServerConnection:
         self.shm = SharedMemoryPool(self.client, spec.address) if shared_memory in ("on", "auto") else None
         self.shm_min_bytes = SHM_MIN_BYTES if shared_memory == "auto" else 0
         self._aio_client: grpcaio.InferenceServerClient | None = None
+        self._calls: set[asyncio.Future] = set()  # RPCs not finished, touched on the asyncio loop only
+        self._orphans: set[asyncio.Future] = set()  # those of them whose caller timed out
+        self.orphaned = 0  # requests that timed out locally and were left to finish
 
     # -- control plane (blocking, short) ---------------------------------------------------------------
     def probe(self, timeout: float = 5.0) -> dict[str, str]:
@@ -190,10 +213,40 @@ class ServerConnection:
 
     async def _infer(self, info: ModelInfo, infer_inputs: list, requested: list, outputs: list[str],
                      slots: list[_OutputSlot], region: Any) -> dict[str, np.ndarray]:
+        """Waits at most ``timeout_s`` for the call, which is never cancelled (see the class docstring)."""
+        if len(self._orphans) >= ORPHAN_LIMIT:  # the server is far behind: do not pile more work on it
+            if region is not None:
+                self.shm.release(region)
+            raise RequestError(info.name, self.address, "DEADLINE_EXCEEDED",
+                               f"{len(self._orphans)} earlier requests timed out and are still unanswered; "
+                               "not sending more to this server", "failover")
+        call = asyncio.ensure_future(self._call(info, infer_inputs, requested, outputs, slots, region))
+        self._calls.add(call)
+        call.add_done_callback(self._forget)
+        try:
+            return await asyncio.wait_for(asyncio.shield(call), self.timeout_s)
+        except asyncio.TimeoutError:
+            self.orphaned += 1
+            if not call.done():
+                self._orphans.add(call)
+            raise RequestError(info.name, self.address, "DEADLINE_EXCEEDED",
+                               f"no answer within {self.timeout_s:g} s (the request was left to finish on the "
+                               "server; its answer will be dropped)", ACTIONS["DEADLINE_EXCEEDED"]) from None
+
+    def _forget(self, call: asyncio.Future) -> None:
+        """Drops a finished call; its outcome, if nobody waited for it any more, is dropped with it."""
+        self._calls.discard(call)
+        self._orphans.discard(call)
+        if not call.cancelled():
+            call.exception()  # retrieved, so asyncio does not log an orphan's failure as "never retrieved"
+
+    async def _call(self, info: ModelInfo, infer_inputs: list, requested: list, outputs: list[str],
+                    slots: list[_OutputSlot], region: Any) -> dict[str, np.ndarray]:
+        """The RPC itself, run to its end; the region is given back only then (the server may still write it)."""
         try:
             result = await (await self._aio()).infer(
                 info.name, infer_inputs, model_version=self.model_versions.get(info.name, ""), outputs=requested,
-                client_timeout=self.timeout_s, compression_algorithm=self.compression)
+                client_timeout=max(ORPHAN_DEADLINE_S, 10 * self.timeout_s), compression_algorithm=self.compression)
             values = {}
             by_name = {slot.name: slot for slot in slots}
             for name in outputs:
@@ -253,15 +306,36 @@ class ServerConnection:
             requested.append(out)
         return region, slots
 
-    def close(self) -> None:
+    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Waits up to ``grace_s`` for calls still running (timed-out ones included), then closes.
+
+        Closing the channel cancels whatever still runs, which is what may crash Triton 2.51, and the
+        shared memory regions are unregistered only after that, so the server never writes into a
+        region that is gone.
+        """
+        try:
+            if self._aio_client is not None:
+                asyncio.run_coroutine_threadsafe(self._close_aio(grace_s), background_loop()).result(grace_s + 5)
+        except Exception:  # noqa: BLE001 - closing a channel to a dead server
+            pass
         if self.shm is not None:
             self.shm.close()
         try:
             self.client.close()
-            if self._aio_client is not None:
-                asyncio.run_coroutine_threadsafe(self._aio_client.close(), background_loop()).result(5)
-        except Exception:  # noqa: BLE001 - closing a channel to a dead server
+        except Exception:  # noqa: BLE001
             pass
+
+    async def _close_aio(self, grace_s: float) -> None:
+        if self._calls:
+            await asyncio.wait(set(self._calls), timeout=grace_s)
+        client, self._aio_client = self._aio_client, None
+        if client is not None:
+            await client.close()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls not finished yet, including those whose caller stopped waiting (timed out)."""
+        return len(self._calls)
 
     def __repr__(self) -> str:
         return f"ServerConnection({self.address}{', shm' if self.shm else ''})"

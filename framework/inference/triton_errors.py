@@ -4,8 +4,16 @@ Every failure of a request to a server is turned into a :class:`RequestError` th
 status, names the model and the server, and says what the client may do about it:
 
 * ``retry``     — worth sending again, to the same server (a deadline passed, the server was busy);
-* ``failover``  — this server cannot serve it now (unreachable, model not loaded): try another;
-* ``fatal``     — the request itself is wrong (bad shape or type): no server will accept it.
+* ``failover``  — this server cannot serve it now (unreachable, model not loaded, its python stub
+  died): try another;
+* ``fatal``     — the request itself is wrong (bad shape or type) or the model fails on this input
+  (an error raised by the model's execute): the same on every server, so no retry, no failover.
+
+The line between the last two is drawn by the status and, for ``INTERNAL``, by what the message
+says. Triton reports a model's own execution error as ``INTERNAL`` (python and onnxruntime
+backends alike: an out-of-range embedding index, a NaN check in a python model); sending that input
+again gives the same error, so it is fatal. A few ``INTERNAL`` texts come from the server or the
+transport instead (``SERVER_TROUBLE``): those fail over.
 """
 
 from __future__ import annotations
@@ -22,12 +30,30 @@ ACTIONS: dict[str, Action] = {
     "NOT_FOUND": "failover",          # model not loaded on this server
     "UNIMPLEMENTED": "failover",
     "INVALID_ARGUMENT": "fatal",      # shape, dtype or name wrong: the same everywhere
-    "DEADLINE_EXCEEDED": "retry",
-    "RESOURCE_EXHAUSTED": "retry",
-    "INTERNAL": "retry",
+    "INTERNAL": "fatal",              # the model raised an error for this input (see SERVER_TROUBLE)
+    "DEADLINE_EXCEEDED": "retry",     # no answer in time (enforced locally, connection.py)
+    "RESOURCE_EXHAUSTED": "retry",    # queue full, message too large for now
     "UNKNOWN": "retry",
-    "CANCELLED": "retry",
+    "CANCELLED": "retry",             # only when a channel closes under a call
 }
+
+#: lower-case fragments of an INTERNAL or INVALID_ARGUMENT message that blame the server or the
+#: transport, not the request: the request may well succeed on another server
+SERVER_TROUBLE: tuple[str, ...] = (
+    "stub process",                   # the python backend's stub died or hangs ("... is not healthy")
+    "not healthy",
+    "rst_stream",                     # HTTP/2 stream reset by a dying server
+    "socket closed",
+    "shared memory region",           # our region is unknown to a restarted server: send it elsewhere
+)
+
+
+def action_for(status: str, message: str) -> Action:
+    """What the client may do after a request failed with gRPC ``status`` and ``message``."""
+    action = ACTIONS.get(status, "retry")
+    if action == "fatal" and any(fragment in message.lower() for fragment in SERVER_TROUBLE):
+        return "failover"
+    return action
 
 
 class RequestError(InferenceError):
@@ -65,4 +91,4 @@ def convert(err: BaseException, model: str, server: str) -> RequestError:
     message = (message or type(err).__name__).strip().splitlines()[0]
     if not status and isinstance(err, (ConnectionError, OSError)):
         status = "UNAVAILABLE"
-    return RequestError(model, server, status, message, ACTIONS.get(status, "retry"))
+    return RequestError(model, server, status, message, action_for(status, message))
