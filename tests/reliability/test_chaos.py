@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-import tritonclient.grpc as grpcclient
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.workflows.bench.reliability import answered, has_server_child
 from sonic_hep.workflows.compare import compare_files
 
 pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]
@@ -38,39 +38,11 @@ def sonic_run(*args: str) -> list[str]:
     return [sys.executable, "-m", "sonic_hep.workflows.cli", "run", "demo_inference", "--no-progress", "-q", *args]
 
 
-def answered(server: TritonServer) -> int:
-    """Requests of demo_mlp the server has answered."""
-    stats = grpcclient.InferenceServerClient(server.grpc_url).get_inference_statistics("demo_mlp").model_stats
-    return stats[0].inference_stats.success.count if stats else 0
-
-
 def wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.1)
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """(pid, command name) of every process below ``pid`` (from /proc: no extra package needed)."""
-    children: dict[int, list[int]] = {}
-    names: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        names[int(entry.name)] = name
-        children.setdefault(int(rest[1]), []).append(int(entry.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        found.append((child, names.get(child, "?")))
-        todo += children.get(child, [])
-    return found
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -125,8 +97,8 @@ def test_six_jobs_survive_a_killed_and_a_stopped_server(tmp_path):
         stopped = True
         running = [job for job in jobs if job.poll() is None]
         assert len(running) == JOBS, "a job ended before the faults: raise EVENTS"
-        wait_for(lambda: all(job.poll() is not None or any(name == "tritonserver" for _, name in descendants(job.pid))
-                             for job in jobs), 90, "every job to start its fallback server")
+        wait_for(lambda: all(job.poll() is not None or has_server_child(job.pid) for job in jobs), 90,
+                 "every job to start its fallback server")
         os.kill(second.pid, signal.SIGCONT)
         stopped = False
         restarted = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "restarted",
