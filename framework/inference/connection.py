@@ -27,6 +27,7 @@ from ..errors import ConfigError
 from ..futures import background_loop
 from .repository import ModelInfo, parse_specs
 from .shm import SharedMemoryPool, aligned
+from .tls_probe import hint, server_tls
 from .triton_errors import ACTIONS, RequestError, convert
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,10 @@ class ServerConnection:
         except RequestError:
             raise
         except Exception as err:  # noqa: BLE001 - converted at this boundary
-            raise convert(err, "*", self.address) from None
+            error = convert(err, "*", self.address)
+            closed = error.status == "UNAVAILABLE" and "socket closed" in str(error).lower()  # all gRPC says
+            why = hint(server_tls(self.address), self.spec.ssl, bool(self.spec.certificate_chain)) if closed else None
+            raise (RequestError("*", self.address, "UNAVAILABLE", why, "failover") if why else error) from None
         return {m.name: m.version for m in index.models if m.state == "READY"}
 
     def model_info(self, model: str, version: str = "") -> ModelInfo:

@@ -163,6 +163,17 @@ def test_mutual_tls_refuses_clients_without_a_certificate_from_the_ca(tmp_path, 
             job.close()
         assert server.describe()["mutual_tls"]
 
+        # a job whose client lacks TLS or the certificate is told so in one line, not "Socket closed"
+        for spec, expected in (({}, "set ssl: true"),
+                               ({"ssl": True, "root_certificates": pki["ca"]}, "requires a client certificate")):
+            refused = sonic_client([{"address": "127.0.0.1", "port": server.ports["grpc"], **spec}], probe_timeout=3)
+            try:
+                with pytest.raises(InferenceError, match=expected) as caught:
+                    refused.model_info("demo_sum")
+                assert "Socket closed" not in str(caught.value)
+            finally:
+                refused.close()
+
         # a plain client is told that the server speaks TLS, in one line
         assert server_tls(server.grpc_url) == "mutual" and server_tls(server.http_url) is None
         status = subprocess.run([*CLI, "server", "status", server.grpc_url], capture_output=True, text=True,
