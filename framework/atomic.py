@@ -150,6 +150,10 @@ class PendingText:
             raise OutputError(f"cannot write {self.what} {self.path!r}: {err.strerror}") from None
         self._written = True
 
+    def mark_written(self) -> None:
+        """Says that another writer (a plotting library given :attr:`tmp_path`) filled the temporary."""
+        self._written = True
+
     def commit(self) -> str:
         """Renames the written temporary into place; returns the path."""
         if not self._written:

@@ -147,7 +147,10 @@ ROWS = [
     row("cli-compare-not-root", "compare", "cfg.yaml", "x.root", code=2, culprit=r"'cfg\.yaml' is not a readable ROOT file"),
     row("cli-compare-no-such-tree", "compare", "x.root", "x.root", "--tree", "Event", code=2,
         culprit=r"'x\.root' has no tree 'Event' \(did you mean 'Events'\?\)"),
-    row("cli-graph-dot-folder-missing", "graph", "cfg.yaml", "--dot", "nodir/g.dot", culprit=r"No such file or directory: 'nodir/g\.dot'"),
+    row("cli-graph-dot-folder-missing", "graph", "cfg.yaml", "--dot", "nodir/g.dot",
+        culprit=r"--dot 'nodir/g\.dot': folder .* does not exist"),
+    row("cli-graph-dot-is-the-config", "graph", "cfg.yaml", "--dot", "cfg.yaml",
+        culprit=r"--dot 'cfg\.yaml' is also the configuration file"),
 ]
 
 

@@ -97,6 +97,42 @@ def test_sigterm_stops_like_sigint_and_stops_the_managed_server(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.triton
+def test_sigterm_while_the_managed_server_starts_leaves_no_process(tmp_path):
+    """The signal lands while the job waits for its server (and the server starts its Python stubs): the
+    half-started server goes with its stubs, not only the server process (its stubs were orphaned)."""
+    proc = subprocess.Popen([*SONIC, "run", "demo_inference", "--inference", "sonic", "-o", str(tmp_path / "out.root"),
+                             "--no-progress", "-p", "source.events=100000"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    family: set[int] = set()
+    try:
+        wait_for(lambda: any("starting a local fallback" in line for line in lines) or proc.poll() is not None, 120,
+                 "the server start")
+        deadline = time.monotonic() + 0.4
+        while time.monotonic() < deadline:  # every process the job has started, as they appear
+            family |= {child.pid for child in psutil.Process(proc.pid).children(recursive=True)}
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                family |= {child.pid for child in psutil.Process(proc.pid).children(recursive=True)}
+            time.sleep(0.02)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=10)
+    assert proc.returncode == 143, "".join(lines)
+    assert family, "the job started no process"
+    wait_for(lambda: all(gone(pid) for pid in family), 30,
+             f"every process of the job to end: {[pid for pid in family if not gone(pid)]}")
+    assert temporaries(tmp_path) == [] and not (tmp_path / "out.root").exists()
+
+
 def test_sigterm_during_a_job_leaves_nothing(tmp_path):
     out = tmp_path / "out.root"
     cfg = slow_config(tmp_path, out)

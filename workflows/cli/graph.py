@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ...framework import config as cfgmod
 from ...framework import graph as dag
+from ...framework.atomic import PendingText
 from ...framework.process import Process
 from .run import add_process_arguments, overrides_from
 
@@ -34,7 +35,24 @@ def main(args: argparse.Namespace) -> int:
     stem = Path(config.name)
     dot_path = Path(args.dot or f"{stem}.dot")
     png_path = Path(args.png or f"{stem}.png")
-    dot_path.write_text(dag.to_dot(g, process.prototypes))
-    dag.draw_png(g, process.prototypes, png_path)
+    reserved = [(config.file, "the configuration file")] if config.file else []
+    # both checked before either is written; each written under a temporary name, renamed when whole
+    dot = PendingText(str(dot_path), "--dot", reserved)
+    try:
+        png = PendingText(str(png_path), "--png", [*reserved, (dot.path, "the DOT file")])
+    except BaseException:
+        dot.abort()
+        raise
+    try:
+        dot.write(dag.to_dot(g, process.prototypes))
+        with open(png.tmp_path, "wb") as stream:  # a file object: the temporary's suffix is not a format
+            dag.draw_png(g, process.prototypes, stream)
+        png.mark_written()
+        dot.commit()
+        png.commit()
+    except BaseException:
+        dot.abort()
+        png.abort()
+        raise
     print(f"wrote {dot_path} and {png_path}")
     return 0
