@@ -99,7 +99,8 @@ ROWS = [
     row("output-is-the-config", "run", "cfg.yaml", "-o", "cfg.yaml", culprit=r"output file 'cfg\.yaml' is also the configuration"),
     row("output-is-a-directory", "run", "cfg.yaml", "-o", "folder", culprit=r"output file 'folder' is an existing directory"),
     row("output-folder-missing", "run", "cfg.yaml", "-o", "nodir/out.root", culprit=r"output file 'nodir/out\.root': folder .* does not exist"),
-    row("output-not-a-regular-file", "run", "cfg.yaml", "-o", "/dev/null", culprit=r"'/dev/null' exists and is not a regular file"),
+    # a FIFO of the row's own, never /dev/null: code without the check (as root) would rename a file over it
+    row("output-not-a-regular-file", "run", "cfg.yaml", "-o", "fifo", culprit=r"'fifo' exists and is not a regular file"),
     row("output-timing-json-folder-missing", "run", "cfg.yaml", "--timing-json", "nodir/t.json",
         culprit=r"timing JSON 'nodir/t\.json': folder .* does not exist"),
     row("output-timing-json-is-a-directory", "run", "cfg.yaml", "--timing-json", "folder",
@@ -182,6 +183,9 @@ def snapshot(*folders: Path) -> dict[str, str]:
                 found[os.path.join(root, name) + "/"] = ""
             for name in files:
                 path = os.path.join(root, name)
+                if not os.path.isfile(path) or os.path.islink(path):  # the FIFO: never read (it would block)
+                    found[path] = f"special {os.lstat(path).st_mode:o}"
+                    continue
                 found[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     return found
 
@@ -202,6 +206,7 @@ def results(tmp_path_factory) -> dict[str, tuple[Row, subprocess.CompletedProces
     def run(r: Row) -> tuple[Row, subprocess.CompletedProcess, dict, dict]:
         folder = base / r.id
         shutil.copytree(template, folder)
+        os.mkfifo(folder / "fifo")
         before = snapshot(folder, task)
         try:
             result = subprocess.run(r.command(task), cwd=folder, capture_output=True, text=True, timeout=180)
