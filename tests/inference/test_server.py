@@ -186,7 +186,7 @@ def test_grpc_over_tls(tmp_path, demo_repository, rng):
         assert server_tls(server.grpc_url) == "tls"  # TLS, no client certificate asked for
         plain = sonic_client([server.grpc_url], probe_timeout=3)
         try:
-            with pytest.raises(InferenceError, match=rf"{server.grpc_url}: down"):
+            with pytest.raises(InferenceError, match=rf"{server.grpc_url}: down .*speaks TLS.*set ssl: true"):
                 plain.model_info("demo_sum")
         finally:
             plain.close()
