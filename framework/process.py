@@ -6,8 +6,10 @@ This is the one place that wires the rooms together (like cmsRun's EventProcesso
     result = Process(cfg).run()
     print(result.timing.table())
 
-Everything a user can get wrong is checked in the constructor, before any file is opened for
-writing: module types and parameters, the DAG, the input files and branches, the output selection.
+Everything a user can get wrong is checked before the first event: module types and parameters, the
+DAG, the input files, branches and entry range, the output selection in the constructor; then, first
+thing in :meth:`Process.run` and before any service starts (a Triton server, say), every file the job
+writes (the ROOT output, the timing JSON) is checked and created under a temporary name.
 """
 
 from __future__ import annotations
