@@ -133,18 +133,35 @@ def test_sigterm_while_the_managed_server_starts_leaves_no_process(tmp_path):
     assert temporaries(tmp_path) == [] and not (tmp_path / "out.root").exists()
 
 
-def test_sigterm_during_a_job_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_during_a_job_leaves_nothing(tmp_path, sig):
     out = tmp_path / "out.root"
     cfg = slow_config(tmp_path, out)
     proc = subprocess.Popen([*SONIC, "run", str(cfg), "--no-progress"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: temporaries(tmp_path), 60, "the job to start writing")
     time.sleep(0.5)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, stderr
+    assert f"stopped by {sig.name} after" in error_line(stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.yaml"]
+
+
+def test_a_signal_ignored_at_start_stays_ignored(tmp_path):
+    """``nohup sonic run ...`` or a script's background job: the ignored signal must not stop the job."""
+    out = tmp_path / "out.root"
+    cfg = slow_config(tmp_path, out)
+    proc = subprocess.Popen([*SONIC, "run", str(cfg), "--no-progress"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    wait_for(lambda: temporaries(tmp_path), 60, "the job to start writing")
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert proc.poll() is None  # still running
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 143, stderr
-    assert "stopped by SIGTERM after" in error_line(stderr)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow.yaml"]
+    assert proc.returncode == 143 and "stopped by SIGTERM" in error_line(stderr)
 
 
 def test_a_killed_jobs_temporary_is_removed_by_the_next_job(tmp_path):

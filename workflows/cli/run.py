@@ -69,29 +69,37 @@ def main(args: argparse.Namespace) -> int:
         return _run(args)
 
 
+#: signals that stop a job cleanly (exit 128 + the signal): Ctrl-C, a batch system's or ``timeout``'s stop,
+#: a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """SIGTERM (a batch system's or ``timeout``'s stop) ends the job like Ctrl-C: the output is discarded and
-    every server the job started is stopped. A repeated signal while stopping is ignored, so the clean-up
-    itself is not cut short (SIGKILL still ends everything at once)."""
+    """SIGTERM (a batch system's or ``timeout``'s stop) and SIGHUP end the job like Ctrl-C: the output is
+    discarded and every server the job started is stopped. A repeated signal while stopping is ignored, so
+    the clean-up itself is not cut short (SIGKILL still ends everything at once)."""
 
     def stopping(signum: int, frame: Any) -> None:
         """Not SIG_IGN: an ignored signal would stay ignored in any process started while stopping."""
 
     def stop(signum: int, frame: Any) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # `timeout` signals the child and then its group: twice
+        for sig in previous:  # `timeout` signals the child and then its group: twice
             signal.signal(sig, stopping)
         raise Stop(signum)
 
     if threading.current_thread() is not threading.main_thread():  # handlers belong to the main thread
         yield
         return
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # a signal ignored when we started (``nohup``, a background job of a script) stays ignored
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
+    for sig in previous:
+        signal.signal(sig, stop)
     try:
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _run(args: argparse.Namespace) -> int:
