@@ -199,6 +199,17 @@ class ProcessConfig:
     services: dict[str, dict[str, Any]]
     options: Options
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: where each ``services.<name>.<key>`` came from (``file``/``line``, or the command line; ``"."``: the
+    #: service itself), so that a service's own validation can blame the right place
+    service_origins: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict, repr=False)
+
+    def service_origin(self, key: str) -> dict[str, Any]:
+        """``file``/``line`` of a dotted ``services.<name>[.<key>...]`` path (the file, unknown line, if not known)."""
+        parts = key.split(".")
+        if len(parts) < 2 or parts[0] != "services":
+            return {"file": self.file, "line": None}
+        known = self.service_origins.get(parts[1], {})
+        return known.get(parts[2] if len(parts) > 2 else ".", {"file": self.file, "line": None})
 
 
 SECTIONS = ("process", "source", "modules", "path", "output", "services", "options")
@@ -273,8 +284,11 @@ def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -
         target = data
         for key in keys[:-1]:
             nxt = target.get(key)
-            if nxt is None:
+            if nxt is None:  # a mapping the command line creates is the command line's
                 nxt = target[key] = LineDict()
+                nxt.from_command_line = True
+                if isinstance(target, LineDict):
+                    target.overridden.add(key)
             if not isinstance(nxt, dict):
                 raise ConfigError(f"{key!r} is not a mapping", file="<command line>", key=path)
             target = nxt
@@ -334,8 +348,11 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
                           key="source.type", **origin(data.get("source") or {}, "type", file))
     _check_ranges(data, source, output, options, file)
     name = str(data.get("process") or (Path(file).stem if file else "process"))
+    service_origins = {str(svc): {".": origin(services, svc, file), **{str(k): origin(spec, k, file) for k in spec}}
+                       for svc, spec in services.items()}
     return ProcessConfig(name=name, file=file, source=source, modules=modules, path=list(path), output=output,
-                         services={k: dict(v) for k, v in services.items()}, options=options, raw=_plain(data))
+                         services={k: dict(v) for k, v in services.items()}, options=options, raw=_plain(data),
+                         service_origins=service_origins)
 
 
 def _plain(value: Any) -> Any:

@@ -164,7 +164,16 @@ class Process:
         for module in self.prototypes.values():
             for name in module.requires:
                 wanted.setdefault(name, {})
-        return {name: service_class(name)(cfg) for name, cfg in wanted.items()}
+        services: dict[str, Service] = {}
+        for name, cfg in wanted.items():
+            try:
+                services[name] = service_class(name)(cfg)
+            except ConfigError as err:
+                if err.file or not (err.key or "").startswith("services."):
+                    raise
+                # a service validates a plain dict: say whether the value came from the file or from -p
+                raise ConfigError(err.reason, key=err.key, **self.config.service_origin(err.key)) from None
+        return services
 
     # -- running -------------------------------------------------------------------------------------
     def _instantiate_streams(self) -> list[dict[str, Module]]:

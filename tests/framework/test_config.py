@@ -177,3 +177,18 @@ def test_inference_settings_out_of_range(key, value, message):
     with pytest.raises(ConfigError) as err:
         InferenceConfig.from_dict({key: yaml.safe_load(str(value))})
     assert f"services.inference.{key}: {message}" in str(err.value)
+
+
+SERVICE = GOOD + "services:\n  inference:\n    repository: [data/models/demo]\n    timeout_s: 5\n"
+
+
+@pytest.mark.parametrize("text, overrides, expected", [
+    (SERVICE.replace("timeout_s: 5", "timeout_s: -1"), [], "c.yaml:12: services.inference.timeout_s: must be a positive"),
+    (SERVICE, ["services.inference.timeout_s=-1"], "<command line>: services.inference.timeout_s: must be a positive"),
+    (SERVICE, ["services.inference.mode=x"], "<command line>: services.inference.mode: 'x' is not one of"),
+    (SERVICE, ["services.bogus.x=1"], "<command line>: services.bogus: unknown service 'bogus'"),
+])
+def test_service_errors_say_where_the_value_came_from(tmp_path, text, overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        load_text(tmp_path, text, overrides)
+    assert str(err.value).startswith(expected.replace("c.yaml", str(tmp_path / "c.yaml")))
