@@ -26,7 +26,9 @@ class ExitCode(enum.IntEnum):
     INTERNAL = 70
     #: stdout was closed early (``sonic ... | head``), as a tool killed by SIGPIPE
     BROKEN_PIPE = 141
-    #: stopped by SIGINT (130) or SIGTERM (143): 128 + the signal number, nothing left that looks complete
+    #: stopped by SIGINT (130), SIGTERM (143) or SIGHUP (129): 128 + the signal number; nothing is left that
+    #: looks complete and every server the job started is stopped
+    HANGUP = 129
     INTERRUPTED = 130
     TERMINATED = 143
 
