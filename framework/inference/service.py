@@ -87,11 +87,13 @@ class InferenceConfig:
             if key not in known_server_options:
                 raise ConfigError(f"unknown fallback server option{did_you_mean(key, known_server_options)}; "
                                   f"known: {sorted(known_server_options)}", key=f"services.inference.fallback_server.{key}")
-        for key, low in (("timeout_s", 0.0), ("allowed_tries", 1), ("workers", 1)):
+        seconds = ("timeout_s", "breaker_backoff_s", "breaker_max_backoff_s")  # > 0; counts: at least 1
+        for key in (*seconds, "allowed_tries", "workers", "breaker_threshold"):
             value = getattr(config, key)
-            if not math.isfinite(value) or value < low or (key == "timeout_s" and value == 0):
-                need = "a positive number of seconds" if key == "timeout_s" else f"at least {low}"
-                raise ConfigError(f"must be {need}, got {value}", key=f"services.inference.{key}")
+            if key in seconds and (not math.isfinite(value) or value <= 0):
+                raise ConfigError(f"must be a positive number of seconds, got {value}", key=f"services.inference.{key}")
+            if key not in seconds and value < 1:
+                raise ConfigError(f"must be at least 1, got {value}", key=f"services.inference.{key}")
         for key, allowed in (("mode", ("direct", "sonic")), ("device", ("cpu", "gpu", "auto")),
                              ("compression", ("none", "gzip", "deflate")), ("shared_memory", ("auto", "on", "off"))):
             if getattr(config, key) not in allowed:

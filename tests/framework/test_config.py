@@ -168,6 +168,9 @@ def test_unreadable_config(tmp_path, monkeypatch):
     ("timeout_s", ".nan", "must be a positive number of seconds, got nan"),
     ("allowed_tries", 0, "must be at least 1"),
     ("workers", 0, "must be at least 1"),
+    ("breaker_threshold", 0, "must be at least 1"),
+    ("breaker_backoff_s", -1, "must be a positive number of seconds"),
+    ("breaker_max_backoff_s", ".inf", "must be a positive number of seconds, got inf"),
 ])
 def test_inference_settings_out_of_range(key, value, message):
     import yaml
