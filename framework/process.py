@@ -268,8 +268,10 @@ class Process:
         except KeyboardInterrupt as stop:
             self._abort(output, report)
             signum = getattr(stop, "signum", signal.SIGINT)
-            raise Interrupted(f"{'interrupted' if signum == signal.SIGINT else 'stopped by ' + signal.Signals(signum).name}"
-                              f" after {emitted} events; no output was written", signum) from None
+            how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+            # the signal may land after the output got its name (then it is complete: all events are in it)
+            outcome = "no output was written" if path is None else f"the output {path} is complete"
+            raise Interrupted(f"{how} after {emitted} events; {outcome}", signum) from None
         except BaseException:
             self._abort(output, report)
             raise
