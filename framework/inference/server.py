@@ -258,7 +258,8 @@ class TritonServer:
                         len(opened))
         for warning in self.exposure_warnings():
             log.warning("EXPOSED: %s", warning)
-        log.info("Triton server ready, pid %d, listening on %s, models %s; log %s", self.pid, self.bound(),
+        endpoints = ", ".join(f"{kind} {' '.join(addresses) or 'nothing'}" for kind, addresses in self.bound().items())
+        log.info("Triton server ready, pid %d, listening on %s; models %s; log %s", self.pid, endpoints,
                  self.served, self.log_path)
         return self
 

@@ -23,10 +23,10 @@ def test_sonic_run_starts_and_stops_a_local_server_and_matches_direct(tmp_path, 
     assert "mode direct" in direct.stdout
     sonic = sonic_cli(*common, "-o", tmp_path / "sonic.root", "--inference", "sonic", check=True)
     assert "mode sonic" in sonic.stdout and "server-side (Triton statistics" in sonic.stdout
-    ready = re.search(r"Triton server ready on (\S+) \(grpc\).*pid (\d+)", sonic.stderr)
+    ready = re.search(r"Triton server ready, pid (\d+), listening on grpc (\S+?),", sonic.stderr)
     assert ready, sonic.stderr
-    assert re.search(rf"{re.escape(ready.group(1))} \(fallback\) +demo_mlp +\d+", sonic.stdout)
-    pid = int(ready.group(2))
+    assert re.search(rf"{re.escape(ready.group(2))} \(fallback\) +demo_mlp +\d+", sonic.stdout)
+    pid = int(ready.group(1))
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # stopped with the run
     a, b = _columns(tmp_path / "direct.root"), _columns(tmp_path / "sonic.root")
