@@ -139,6 +139,11 @@ ROWS = [
     row("grid-merge-over-an-input", "merge", "{task}", "--output", "{task}/../x.root",
         culprit=r"merge --output '.*x\.root' is an input of the task"),
     row("grid-merge-into-a-directory", "merge", "{task}", "--output", "folder", culprit=r"merge --output 'folder' is a directory"),
+    row("grid-submit-events-per-job-zero", "submit", "cfg.yaml", "--output-dir", "T0", "--events-per-job", "0",
+        culprit=r"--events-per-job must be at least 1, got 0"),
+    row("grid-submit-files-per-job-negative", "submit", "cfg.yaml", "--output-dir", "T0", "--files-per-job", "-2",
+        culprit=r"--files-per-job must be at least 1, got -2"),
+    row("grid-status-corrupt-task-record", "status", "broken", culprit=r"broken/task\.json is not a readable record"),
     # -- command line -------------------------------------------------------------------------------------
     row("cli-unknown-command", "bogus", code=2, culprit=r"invalid choice: 'bogus'"),
     row("cli-run-without-config", "run", code=2, culprit=r"sonic run: error: the following arguments are required: config"),
@@ -171,6 +176,8 @@ def make_folder(folder: Path) -> None:
     dump("wrongtype.yaml", {"source": {"files": ["x.root"]}, "modules": {"ht": {"type": "CollectionSum", "min_pt": "x"}}})
     (folder / "syntax.yaml").write_text("modules:\n  ht: {type: CollectionSum\n")
     (folder / "list.yaml").write_text("- modules\n")
+    (folder / "broken").mkdir()
+    (folder / "broken" / "task.json").write_text('{"format": 1, "config"')  # cut short
     (folder / "duplicate.yaml").write_text("modules:\n  ht: {type: CollectionSum}\n  ht: {type: CollectionSum}\n")
 
 

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .errors import GridError
+
 Reported = Literal["running", "done", "failed"]
 
 
@@ -32,11 +34,17 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any | None:
-    """The JSON content of ``path``, or None when the file does not exist."""
+    """The JSON content of ``path``, or None when the file does not exist.
+
+    Raises:
+        GridError: naming the file, when it is not JSON (a record edited by hand or cut short by a full disk).
+    """
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
         return None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GridError(f"{path} is not a readable record ({err}); restore or remove it") from None
 
 
 @dataclass

@@ -68,6 +68,9 @@ def split(request: SubmitRequest, config: cfgmod.ProcessConfig) -> tuple[list[st
     """The task's inputs, splitting and jobs."""
     if request.files_per_job and request.events_per_job:
         raise GridError("give --files-per-job or --events-per-job, not both")
+    for flag, value in (("--files-per-job", request.files_per_job), ("--events-per-job", request.events_per_job)):
+        if value is not None and value < 1:
+            raise GridError(f"{flag} must be at least 1, got {value}")
     source = config.source
     if source.type == "empty":
         per_job = request.events_per_job or max(1, source.events)
