@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
 
 import pytest
 
@@ -20,7 +22,12 @@ def test_empty_job_merges_and_tampered_outputs_are_refused(tmp_path, inputs):
     statuses = submit_and_wait(config, tmp_path / "task", files, max_running=3)
     assert [s.report.events for s in statuses] == [120, 0, 80]
     task = Task(tmp_path / "task")
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now: the writer of a merge that was killed
+    stale = tmp_path / f"merged.root.tmp-{socket.gethostname()}-{dead.pid}-1"
+    stale.write_bytes(b"half a merged file")
     assert merge(task, tmp_path / "merged.root") == sum(s.report.written for s in statuses)
+    assert not stale.exists() and not list(tmp_path.glob("merged.root.tmp-*"))
     assert_same_events(tmp_path / "merged.root", single_run(config, files, tmp_path / "single.root"))
 
     shutil.copy(task.files(2).output, task.files(0).output)  # a valid ROOT file, but not job 0's

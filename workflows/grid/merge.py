@@ -24,6 +24,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from ...framework.atomic import remove_stale_temporaries, temporary_name
 from ...framework.output import compression as parse_compression
 from .errors import GridError, IncompleteTask
 from .integrity import seal_mismatch, spec_mismatch
@@ -145,7 +146,8 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
     check_target(task, output)
     outputs = check_complete(task, tree)
     target = os.path.abspath(output)
-    tmp = f"{target}.tmp-{os.getpid()}"
+    remove_stale_temporaries(target)  # left by a merge that was killed
+    tmp = temporary_name(target)
     expected = sum(n for _, _, n in outputs)
     reference = next(((i, p) for i, p, n in outputs if n > 0), (outputs[0][0], outputs[0][1]))
     with uproot.open(reference[1]) as handle:
