@@ -30,6 +30,7 @@ import os
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unicodedata
@@ -50,8 +51,18 @@ DEFAULT_CASES = tuple(case for case in CASES if case != "cancelled")
 #: an oversize batch is sent with real data only up to this size; above, its shape claims more than it carries
 OVERSIZE_MAX_BYTES = 4 << 20
 
+#: how long a worker waits for any answer before counting it ``no_answer`` (the call is left running)
+ANSWER_TIMEOUT_S = 30.0
+
+#: a worker stops sending after this many requests in a row got no answer (the server is hung or dying)
+GIVE_UP_AFTER = 3
+
+#: deadline of control calls (shared memory registration) and of :func:`infer_valid`: only a server
+#: that is already broken lets one expire (an expired deadline is a cancellation, see above)
+CONTROL_TIMEOUT_S = 60.0
+
 #: a variable dimension (-1) in valid requests; oversize requests to models without batching use OVERSIZE_ROWS
-VARIABLE_SIZE, OVERSIZE_ROWS = 20, 20000
+VARIABLE_SIZE, OVERSIZE_ROWS = 20, 4000
 
 _NUMPY = {"FP32": np.float32, "FP64": np.float64, "FP16": np.float16, "INT64": np.int64, "INT32": np.int32,
           "INT16": np.int16, "INT8": np.int8, "UINT8": np.uint8, "UINT16": np.uint16, "BOOL": np.bool_}
@@ -77,7 +88,9 @@ class FuzzResult:
         requests: requests sent.
         outcomes: per case, ``{outcome: count}``; an outcome is ``ok``, a gRPC status name
             (``INVALID_ARGUMENT`` ...), ``timed_out`` (our client's local deadline passed; the call was
-            left to finish) or ``late_ok``/``late_<STATUS>`` for how such a call ended.
+            left to finish) or ``late_ok``/``late_<STATUS>`` for how such a call ended; ``no_answer``
+            (none within ``ANSWER_TIMEOUT_S``), ``not_sent`` (the time limit came first), ``skipped``
+            (a valid request for a model without known valid input).
         bad_messages: error messages that were not clean text or did not name their model (or
             region); must be empty.
         valid_failures: valid requests that failed (``model: message``); must be empty.
@@ -128,10 +141,10 @@ def served_models(url: str, tries: int = 8) -> list[ModelSpec]:
     client = grpcclient.InferenceServerClient(url)
     try:
         specs = []
-        for entry in client.get_model_repository_index().models:
+        for entry in client.get_model_repository_index(client_timeout=CONTROL_TIMEOUT_S).models:
             if entry.state != "READY":
                 continue
-            config = client.get_model_config(entry.name).config
+            config = client.get_model_config(entry.name, client_timeout=CONTROL_TIMEOUT_S).config
             inputs = tuple((i.name, mc.DataType.Name(i.data_type).removeprefix("TYPE_"), tuple(i.dims))
                            for i in config.input)
             spec = ModelSpec(config.name, config.max_batch_size, inputs, tuple(o.name for o in config.output))
@@ -157,7 +170,8 @@ def infer_valid(client: Any, spec: ModelSpec, seed: int) -> dict[str, np.ndarray
         tensor = grpcclient.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
-    result = client.infer(spec.name, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in spec.outputs])
+    result = client.infer(spec.name, inputs, outputs=[grpcclient.InferRequestedOutput(n) for n in spec.outputs],
+                          client_timeout=CONTROL_TIMEOUT_S)
     return {name: result.as_numpy(name) for name in spec.outputs}
 
 
@@ -202,41 +216,50 @@ def fuzz(url: str, requests: int = 2000, clients: int = 16, processes: int | Non
     start = time.monotonic()
     # worker processes are fresh interpreters running this module (gRPC and fork do not mix, and
     # multiprocessing's spawn would re-run the caller's __main__)
-    workers = []
+    workers, jobs = [], []
     for p, (share, n) in enumerate(zip(shares, threads)):
         job = {"url": url, "models": [dataclasses.asdict(m) for m in models], "plan": share, "threads": n,
-               "seed": seed + 1 + p, "local_timeout_s": local_timeout_s}
-        proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
-        proc.stdin.write(json.dumps(job))
-        proc.stdin.close()
-        workers.append(proc)
+               "seed": seed + 1 + p, "local_timeout_s": local_timeout_s,
+               "time_limit_s": max(1.0, time_limit_s - ANSWER_TIMEOUT_S - 15)}  # to report before the parent gives up
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            json.dump(job, handle)
+        jobs.append(handle.name)
+        workers.append(subprocess.Popen([sys.executable, "-m", __name__, handle.name], stdout=subprocess.PIPE,
+                                        text=True))
     for proc in workers:
         try:
-            proc.wait(max(1.0, time_limit_s - (time.monotonic() - start)))
-            output = proc.stdout.read()
+            output, _ = proc.communicate(timeout=max(1.0, time_limit_s - (time.monotonic() - start)))
             result._merge(json.loads(output.strip().splitlines()[-1]))
         except (subprocess.TimeoutExpired, ValueError, IndexError):
             proc.kill()
-            proc.wait()
+            proc.communicate()
             result.hung += 1
-        finally:
-            proc.stdout.close()
+    for path in jobs:
+        os.unlink(path)
     result.seconds = time.monotonic() - start
     return result
 
 
 # -- inside a worker process -------------------------------------------------------------------------------
 def _worker(url: str, models: list[ModelSpec], plan: list[tuple[str, int]], threads: int, seed: int,
-            local_timeout_s: float) -> dict[str, Any]:
-    """Runs ``plan`` on ``threads`` threads (one client each); returns plain counts for the parent."""
+            local_timeout_s: float, time_limit_s: float) -> dict[str, Any]:
+    """Runs ``plan`` on ``threads`` threads (one client each); returns plain counts for the parent.
+
+    Nothing here blocks without a bound and nothing is cancelled: a request is waited for at most
+    ``ANSWER_TIMEOUT_S`` (then counted ``no_answer`` and left running); requests not started before
+    the time limit, or after ``GIVE_UP_AFTER`` requests in a row got no answer, are counted ``not_sent``.
+    """
+    deadline = time.monotonic() + time_limit_s
     import tritonclient.grpc as grpcclient
     import tritonclient.utils.shared_memory as shm
 
     region = f"fuzz_{os.getpid()}"
     handle = shm.create_shared_memory_region(region, "/" + region, 1 << 16)
     control = grpcclient.InferenceServerClient(url)
-    control.register_system_shared_memory(region, "/" + region, 1 << 16)
+    try:
+        control.register_system_shared_memory(region, "/" + region, 1 << 16, client_timeout=CONTROL_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - a server already dead: the requests will say so
+        pass
     work: queue.Queue = queue.Queue()
     for index, item in enumerate(plan):
         work.put((index, *item))
@@ -245,11 +268,13 @@ def _worker(url: str, models: list[ModelSpec], plan: list[tuple[str, int]], thre
                                                             tuple((i[0], i[1], tuple(i[2])) for i in m["inputs"]),
                                                             tuple(m["outputs"]), m["valid_seed"]) for m in models]
     lock = threading.Lock()
+    gave_up = threading.Event()
 
     def record(case: str, outcome: str, model: str, culprit: str, message: str = "") -> None:
         with lock:
             out["outcomes"].setdefault(case, Counter())[outcome] += 1
-            if outcome not in ("ok", "timed_out", "late_ok", "skipped") and not _intact(message, culprit):
+            if outcome not in ("ok", "timed_out", "late_ok", "skipped", "not_sent", "no_answer") and \
+                    not _intact(message, culprit):
                 out["bad_messages"].append(f"{case} {model}: {message!r}")
             if case == "valid" and outcome not in ("ok", "skipped"):
                 out["valid_failures"].append(f"{model}: {outcome}: {message}")
@@ -258,15 +283,23 @@ def _worker(url: str, models: list[ModelSpec], plan: list[tuple[str, int]], thre
         client = grpcclient.InferenceServerClient(url)
         rng = np.random.default_rng(seed * 1000 + number)
         late: list[threading.Event] = []
+        silent = 0
         while True:
             try:
-                index, case, which = work.get_nowait()
+                    index, case, which = work.get_nowait()
             except queue.Empty:
                 break
             spec = models[which]
+            if time.monotonic() > deadline or gave_up.is_set():
+                record(case, "not_sent", spec.name, spec.name)
+                continue
+            before = len(late)
             _send(client, grpcclient, spec, case, rng, region, local_timeout_s, record, late)
+            silent = silent + 1 if len(late) > before and case != "timed_out" else 0
+            if silent >= GIVE_UP_AFTER:
+                gave_up.set()
         for event in late:  # timed-out calls are left to finish; closing the channel would cancel them
-            event.wait(60)
+            event.wait(max(0.0, deadline - time.monotonic()))
         client.close()
 
     workers = [threading.Thread(target=run_thread, args=(n,), daemon=True) for n in range(threads)]
@@ -275,10 +308,11 @@ def _worker(url: str, models: list[ModelSpec], plan: list[tuple[str, int]], thre
     for thread in workers:
         thread.join()
     try:
-        control.unregister_system_shared_memory(region)
-    finally:
-        control.close()
-        shm.destroy_shared_memory_region(handle)
+        control.unregister_system_shared_memory(region, client_timeout=CONTROL_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the server may have died: the region is ours to remove anyway
+        pass
+    control.close()
+    shm.destroy_shared_memory_region(handle)
     return out
 
 
@@ -353,38 +387,35 @@ def _send(client: Any, grpcclient: Any, spec: ModelSpec, case: str, rng: np.rand
         if name in shapes:
             tensor.set_shape(shapes[name])
         inputs.append(tensor)
-    if case == "timed_out":
-        _send_timed_out(client, spec, inputs, outputs, local_timeout_s, record, late)
-        return
-    try:
-        if case == "cancelled":  # a gRPC deadline: the cancellation that can crash Triton 2.51
+    if case == "cancelled":  # a gRPC deadline: the cancellation that can crash Triton 2.51
+        try:
             client.infer(model, inputs, outputs=outputs, client_timeout=float(rng.uniform(0.0003, 0.006)))
-        else:
-            client.infer(model, inputs, model_version=version, outputs=outputs)
-        record(case, "ok", model, culprit)
-    except Exception as err:  # noqa: BLE001 - every failure is an outcome to count
-        record(case, _status(err), model, culprit, _message(err))
+            record(case, "ok", model, culprit)
+        except Exception as err:  # noqa: BLE001 - every failure is an outcome to count
+            record(case, _status(err), model, culprit, _message(err))
+        return
+    timeout_s = local_timeout_s if case == "timed_out" else ANSWER_TIMEOUT_S
+    _send_waiting(client, case, model, culprit, version, inputs, outputs, timeout_s, record, late)
 
 
-def _send_timed_out(client: Any, spec: ModelSpec, inputs: list, outputs: list, timeout_s: float, record: Any,
-                    late: list) -> None:
-    """Our client's deadline: wait ``timeout_s``, then stop waiting, but never cancel the call."""
-    done = threading.Event()
+def _send_waiting(client: Any, case: str, model: str, culprit: str, version: str, inputs: list, outputs: list,
+                  timeout_s: float, record: Any, late: list) -> None:
+    """Our client's way with deadlines: wait ``timeout_s`` for the answer, then stop waiting, never cancel."""
+    done, waited = threading.Event(), threading.Event()
 
     def callback(result: Any, error: Any) -> None:
         if waited.is_set():
             outcome = "late_ok" if error is None else f"late_{_status(error)}"
         else:
             outcome = "ok" if error is None else _status(error)
-        record("timed_out", outcome, spec.name, spec.name, "" if error is None else _message(error))
+        record(case, outcome, model, culprit, "" if error is None else _message(error))
         done.set()
 
-    waited = threading.Event()
-    client.async_infer(spec.name, inputs, callback, outputs=outputs)
+    client.async_infer(model, inputs, callback, model_version=version, outputs=outputs)
     if not done.wait(timeout_s):
         waited.set()
         if not done.is_set():
-            record("timed_out", "timed_out", spec.name, spec.name)
+            record(case, "timed_out" if case == "timed_out" else "no_answer", model, culprit)
         late.append(done)
 
 
@@ -440,7 +471,8 @@ def _intact(message: str, culprit: str) -> bool:
     return culprit in message
 
 
-if __name__ == "__main__":  # a worker process of fuzz(): the job as JSON on stdin, the counts as JSON on stdout
-    _job = json.loads(sys.stdin.read())
+if __name__ == "__main__":  # a worker process of fuzz(): the job in a JSON file, the counts as JSON on stdout
+    with open(sys.argv[1]) as _file:
+        _job = json.load(_file)
     print(json.dumps(_worker(_job["url"], _job["models"], [tuple(item) for item in _job["plan"]], _job["threads"],
-                             _job["seed"], _job["local_timeout_s"])))
+                             _job["seed"], _job["local_timeout_s"], _job["time_limit_s"])))
