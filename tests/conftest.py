@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.grid.slurm_cluster import MiniSlurm, missing_programs
+
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SONIC_HEP_SHARED", PROJECT.parent / "shared"))
 
@@ -35,3 +37,15 @@ def sonic_cli():
         return result
 
     return run
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory) -> MiniSlurm:
+    """One real single-node Slurm for the whole session, shared by the grid and reliability tests
+    (skipped only where slurm-wlm is not installed)."""
+    missing = missing_programs()
+    if missing:
+        pytest.skip(f"Slurm is not installed (missing {', '.join(missing)}; apt-get install slurm-wlm)")
+    cluster = MiniSlurm(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()

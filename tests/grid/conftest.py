@@ -16,7 +16,6 @@ import sonic_hep.modules.common.testing  # noqa: F401
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from tests.grid.samples import write_nano
-from tests.grid.slurm_cluster import MiniSlurm, missing_programs
 
 SIZES = (120, 80, 100)
 
@@ -26,17 +25,6 @@ def inputs(tmp_path_factory) -> list[Path]:
     """Three NanoAOD-like files of 120, 80 and 100 events."""
     base = tmp_path_factory.mktemp("grid-inputs")
     return [write_nano(base / f"in{i}.root", n, seed=10 + i, first_event=1000 * i + 1) for i, n in enumerate(SIZES)]
-
-
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory) -> MiniSlurm:
-    """A real single-node Slurm for the session (skipped only where slurm-wlm is not installed)."""
-    missing = missing_programs()
-    if missing:
-        pytest.skip(f"Slurm is not installed (missing {', '.join(missing)}; apt-get install slurm-wlm)")
-    cluster = MiniSlurm(tmp_path_factory.mktemp("slurm")).start()
-    yield cluster
-    cluster.stop()
 
 
 def single_run(config: Path, inputs: list[Path], output: Path, overrides: tuple[str, ...] = ()) -> Path:

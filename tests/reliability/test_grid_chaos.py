@@ -28,7 +28,7 @@ from sonic_hep.workflows.grid.merge import merge
 from sonic_hep.workflows.grid.status import collect, wait
 from sonic_hep.workflows.grid.submit import SubmitRequest, resubmit, submit
 from sonic_hep.workflows.grid.task import Task
-from tests.grid.conftest import drivers_gone, single_run, slurm  # noqa: F401 - the real Slurm fixture
+from tests.grid.conftest import drivers_gone, single_run
 from tests.grid.samples import assert_same_events, write_nano
 
 SEED = int(os.environ.get("SONIC_CHAOS_SEED", "11"))
