@@ -394,9 +394,11 @@ class ServerPool:
             if state.baseline is None:
                 continue
             try:
+                if not state.healthy:  # out of rotation: asking a hung server would make the report wait
+                    raise RequestError("*", state.connection.address, "UNAVAILABLE", state.reason, "failover")
                 now = state.connection.statistics()
             except RequestError:
-                now = state.last_stats  # a dead server: what we saw last
+                now = state.last_stats  # a dead or hung server: what we saw last
             per_model: dict[str, dict[str, float]] = {}
             for (model, _version), values in now.items():
                 before = state.baseline.get((model, _version), {})
@@ -412,6 +414,9 @@ class ServerPool:
     def close(self) -> None:
         self._background.shutdown(wait=True, cancel_futures=True)
         for state in self.states:
-            state.connection.close()
+            # calls left running on a server in rotation get a grace period to end (closing cancels them, which
+            # Triton 2.51 may not survive); one out of rotation is not answering: waiting would only delay the
+            # job's end, and the job's exit would drop those calls all the same
+            state.connection.close(**({} if state.healthy else {"grace_s": 0.0}))
         if self.fallback_server is not None:
             self.fallback_server.stop()  # kept (stopped) so reports can still name it

@@ -115,8 +115,8 @@ class FakeServer:
     def statistics(self, model: str = "") -> dict:
         return {}
 
-    def close(self) -> None:
-        pass
+    def close(self, grace_s: float | None = None) -> None:
+        self.closed_with = grace_s  # None: the connection's own grace period
 
 
 def pool_of(*servers: FakeServer) -> ServerPool:
@@ -212,3 +212,16 @@ def test_a_request_whose_server_left_the_rotation_between_choice_and_send_goes_e
         assert hung.received == 0 and good.received == 1  # never left waiting on it for a deadline
     finally:
         client.close()
+
+
+def test_at_the_end_a_server_out_of_rotation_is_neither_asked_for_statistics_nor_waited_for():
+    hung, good = FakeServer("hung:1", hung=True), FakeServer("good:1")
+    pool = pool_of(hung, good)
+    for state in pool.states:
+        state.baseline, state.last_stats = {}, {("m", "1"): {"requests": 4, "failures": 0}}
+    asked = []
+    hung.statistics = lambda model="": asked.append(model) or {}  # a hung server would block here
+    pool.mark_down(hung, "not answering")
+    assert pool.statistics()["hung:1"]["m"]["requests"] == 4 and asked == []  # what was seen last
+    pool.close()
+    assert hung.closed_with == 0.0 and good.closed_with is None

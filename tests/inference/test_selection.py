@@ -21,7 +21,7 @@ class Address:
 
     address: str
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 0.0) -> None:
         pass
 
 

@@ -25,7 +25,7 @@ from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.workflows.bench.reliability import answered, has_server_child
 from sonic_hep.workflows.compare import compare_files
 
-pytestmark = [pytest.mark.triton, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.timeout(300)]
 
 JOBS = 6
 EVENTS = 3000  # ~30 s of work per job here: long enough for the whole fault schedule to land mid-run

@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run sigstop with the circuit breaker out of reach (what it saves)")
     parser.add_argument("--fuzz-requests", type=int, default=2000, help="hostile requests (0: no fuzz)")
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, help="run only these scenarios")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 2 jobs × 1000 events, a 4 s stop, 200 fuzz requests")
 
 
 # -- jobs ------------------------------------------------------------------------------------------------------
@@ -252,9 +254,11 @@ def fuzz_server(requests: int, work: Path) -> dict[str, Any]:
 
     with TritonServer(CPU_REPOSITORIES, workdir=work / "fuzz-server") as server:
         models = served_models(server.grpc_url)
-        result = fuzz(server.grpc_url, requests=requests, clients=16, processes=2, models=models, seed=11)
+        result = fuzz(server.grpc_url, requests=requests, clients=16, processes=2, models=models, seed=11,
+                      time_limit_s=180)
         alive = server.alive()
         return {"requests": result.requests, "models": len(models), "server_crashes": 0 if alive else 1,
+                "server_log_tail": "" if alive else server.log_tail(40),
                 "hung_clients": result.hung, "bad_messages": len(result.bad_messages),
                 "valid_failures": len(result.valid_failures), "seconds": result.seconds,
                 "outcomes": {case: dict(counts) for case, counts in result.outcomes.items()},
@@ -299,12 +303,17 @@ def markdown(results: dict[str, Any]) -> str:
                   "|---:|---:|---:|---:|",
                   f"| {fz['server_crashes']} | {fz['hung_clients']} | {fz['bad_messages']} | {fz['valid_failures']} |",
                   "\nGoal: 0 in every column.\n", "```", fz["summary"], "```"]
+        if fz["server_log_tail"]:
+            lines += ["\nThe server died; the end of its log:\n", "```", fz["server_log_tail"], "```"]
     else:
         lines.append("Fuzz: not run (--fuzz-requests 0).")
     return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.jobs, args.events, args.stop_s, args.restart_after_s = 2, 1000, 4.0, 2.0
+        args.fuzz_requests = min(args.fuzz_requests, 200)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.scenarios or [s for s in SCENARIOS if s != "sigstop-no-breaker" or args.without_breaker]
