@@ -1,4 +1,5 @@
-"""Every python model the project ships answers a failed batch with one TritonError *per response*.
+"""Every python model the project ships answers a failed batch with one TritonError *per response*,
+and a bad request handed over together with good ones fails alone.
 
 One error object shared by the responses of a batched execution is freed once per response by the
 Triton 2.51 python stub: the messages come back garbled and the server dies under concurrency
@@ -27,8 +28,8 @@ GPU_ENTRY = PROJECT / "data" / "models" / "protodune_gpu" / "emtrkmichelid"
 
 
 class FakeTensor:
-    def __init__(self, name: str, value: np.ndarray):
-        self._name, self.value = name, value
+    def __init__(self, name: str, value: np.ndarray, dlpack: bool = True):
+        self._name, self.value, self.dlpack = name, value, dlpack
 
     def name(self) -> str:
         return self._name
@@ -36,10 +37,21 @@ class FakeTensor:
     def as_numpy(self) -> np.ndarray:
         return self.value
 
+    def to_dlpack(self):
+        if not self.dlpack:
+            raise RuntimeError("this tensor cannot cross by DLPack")
+        return self.value.__dlpack__()
+
+    @classmethod
+    def from_dlpack(cls, name: str, capsule) -> FakeTensor:
+        import torch
+
+        return cls(name, torch.utils.dlpack.from_dlpack(capsule).numpy())
+
 
 class FakeRequest:
-    def __init__(self, **inputs: np.ndarray):
-        self.tensors = [FakeTensor(name, value) for name, value in inputs.items()]
+    def __init__(self, dlpack: bool = True, **inputs: np.ndarray):
+        self.tensors = [FakeTensor(name, value, dlpack) for name, value in inputs.items()]
 
     def inputs(self) -> list[FakeTensor]:
         return self.tensors
@@ -93,7 +105,7 @@ def args(entry: Path, config: dict) -> dict[str, str]:
 
 
 def assert_one_error_each(responses: list, model: str, count: int) -> None:
-    errors = [response.error for response in responses]
+    errors = [response.error for response in responses if response.error is not None]
     assert len(errors) == count and all(isinstance(e, TritonError) for e in errors)
     assert len({id(e) for e in errors}) == count, f"{model}: responses share a TritonError object"
     for error in errors:
@@ -107,9 +119,15 @@ def test_onnxruntime_backend_batch_failure(pb_utils):
     model.initialize(args(entry, info.config_dict))
     bad = {name: np.full((1, 4500, d), 1e6 if name == "input_cat0" else 0.0, np.float32)
            for name, d in (("input", 8), ("input_cat0", 1), ("input_cat1", 1), ("input_cat2", 1))}
+    good = {name: np.zeros_like(value) for name, value in bad.items()}
     responses = model.execute([FakeRequest(**bad) for _ in range(4)])  # one group: one onnxruntime call
     assert_one_error_each(responses, "miniaod_deepmet", 4)
     assert "idx=1000000" in responses[0].error.message()
+    # a bad request batched with good ones fails alone
+    mixed = model.execute([FakeRequest(**good), FakeRequest(**bad), FakeRequest(**good), FakeRequest(**bad)])
+    assert_one_error_each([mixed[1], mixed[3]], "miniaod_deepmet", 2)
+    for response in (mixed[0], mixed[2]):
+        assert response.error is None and response.output_tensors[0].value.shape == (1, 2)
 
 
 def test_exatrkx_stage_failure(pb_utils):
@@ -126,6 +144,12 @@ def test_protodune_gpu_model_failure(pb_utils):
     info = ModelRepository([GPU_ENTRY.parent]).get("emtrkmichelid")
     model = load(GPU_ENTRY / "1" / "model.py", "_protodune_gpu_model").TritonPythonModel()
     model.initialize(args(GPU_ENTRY, info.config_dict))
-    # a tensor the stub would not hand over (no DLPack): the whole execution fails
-    requests = [FakeRequest(patches=np.zeros((2, 48, 48, 1), np.uint8)) for _ in range(3)]
-    assert_one_error_each(model.execute(requests), "emtrkmichelid", 3)
+    patches = np.zeros((2, 48, 48, 1), np.uint8)
+    # tensors the stub would not hand over (no DLPack): the execution of all of them fails
+    assert_one_error_each(model.execute([FakeRequest(False, patches=patches) for _ in range(3)]), "emtrkmichelid", 3)
+    # one such request among good ones fails alone
+    mixed = model.execute([FakeRequest(patches=patches), FakeRequest(False, patches=patches),
+                           FakeRequest(patches=patches)])
+    assert_one_error_each([mixed[1]], "emtrkmichelid", 1)
+    for response in (mixed[0], mixed[2]):
+        assert response.error is None and response.output_tensors[0].value.shape == (2, 3)

@@ -8,7 +8,8 @@ ParticleNet, DeepMET) is served as it is:
 
 * ``max_batch_size`` and ``dynamic_batching``: Triton's batcher hands :meth:`execute` several requests;
   those with equal non-batch shapes and the same requested outputs are concatenated and run as one
-  onnxruntime call (one execution serves many requests), then split back per request;
+  onnxruntime call (one execution serves many requests), then split back per request; when that
+  call fails, each request is run alone, so a bad request fails alone (each with its own error);
 * ``instance_group``: Triton starts one stub process per instance, each with its own session;
   ``KIND_GPU`` instances use onnxruntime's CUDA provider when it exists;
 * variable dims (``-1``): any size; requests of different sizes run in separate calls;
@@ -76,18 +77,33 @@ class TritonPythonModel:
             try:
                 outputs = self._run(list(wanted), [arrays for _, arrays in members])
             except Exception as err:  # noqa: BLE001 - onnxruntime errors have no common base; report per request
-                message = f"model {self.name!r}: onnxruntime failed: {err}"
-                for index, _ in members:
-                    # a TritonError of its own per response: one object shared by the responses of a
-                    # batched execution is freed once per response by the stub, which garbles the texts
-                    # and crashes the server under concurrency (issue 11)
-                    responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+                if len(members) == 1:
+                    responses[members[0][0]] = self._failure(err)
+                    continue
+                for index, arrays in members:  # one bad request must not fail those batched with it
+                    responses[index] = self._alone(list(wanted), arrays)
                 continue
             for (index, _), values in zip(members, outputs):
-                tensors = [from_numpy(pb_utils, name, np.asarray(value, dtype=self.output_types[name]))
-                           for name, value in zip(wanted, values)]
-                responses[index] = pb_utils.InferenceResponse(output_tensors=tensors)
+                responses[index] = self._response(wanted, values)
         return responses
+
+    def _alone(self, wanted: list[str], arrays: dict[str, np.ndarray]):
+        """The response of one request run on its own (after its group failed)."""
+        try:
+            return self._response(wanted, self.session.run(wanted, arrays))
+        except Exception as err:  # noqa: BLE001 - see execute
+            return self._failure(err)
+
+    def _response(self, wanted, values: list[np.ndarray]):
+        tensors = [from_numpy(pb_utils, name, np.asarray(value, dtype=self.output_types[name]))
+                   for name, value in zip(wanted, values)]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _failure(self, err: Exception):
+        # a TritonError of its own per response: one object shared by the responses of a batched
+        # execution is freed once per response by the stub, which garbles the texts and crashes the
+        # server under concurrency (issue 11)
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"model {self.name!r}: onnxruntime failed: {err}"))
 
     def _input(self, request, name: str) -> np.ndarray:
         tensor = pb_utils.get_input_tensor_by_name(request, name)

@@ -107,10 +107,12 @@ class TritonPythonModel:
             em, michel = self.net(torch.cat(codes) if len(codes) > 1 else codes[0])
             em, michel = em.cpu(), michel.cpu()
         except Exception as err:  # noqa: BLE001 - reported per request, the server keeps running
-            message = f"model {self.name!r}: {type(err).__name__}: {err}"
-            # one TritonError per response: an error object shared by several responses crashes the
-            # pip Triton 2.51 under concurrency and garbles the messages (issue 11)
-            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(message)) for _ in requests]
+            if len(requests) > 1:  # one bad request must not fail those handed over with it: one by one
+                return [self.execute([request])[0] for request in requests]
+            # a TritonError of its own per response: an error object shared by several responses
+            # crashes the pip Triton 2.51 under concurrency and garbles the messages (issue 11)
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"model {self.name!r}: "
+                                                                          f"{type(err).__name__}: {err}"))]
         responses = []
         for em_part, michel_part in zip(torch.split(em, sizes), torch.split(michel, sizes)):
             tensors = [pb_utils.Tensor.from_dlpack("em_trk_none", dlpack.to_dlpack(em_part.contiguous())),
