@@ -246,6 +246,12 @@ class ServerPool:
         state = self._state_of(connection)
         return self._record(state, event_for(status), reason) if state is not None else "none"
 
+    def has_other(self, model: str, connection: ServerConnection) -> bool:
+        """Whether another server in rotation has ``model`` (then a request that passed its deadline on
+        ``connection`` is better sent there than again to a server that may be hung)."""
+        with self._lock:
+            return any(s.healthy and model in s.models and s.connection is not connection for s in self.states)
+
     def usable(self, connection: ServerConnection) -> bool:
         """Whether the server is in rotation (a request may be retried on it)."""
         state = self._state_of(connection)

@@ -17,7 +17,8 @@ What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
 3. each request goes to the server the :class:`~.servers.ServerPool` chooses, asynchronously
    (tritonclient callbacks; system shared memory when the server is local; gRPC compression if asked);
 4. a failed request is retried on the same server up to ``allowed_tries`` times when that can help
-   (deadline, server busy) and the server is still in rotation, then **fails over** to another server
+   (server busy; a deadline only when no other server has the model) and the server is still in
+   rotation, then **fails over** to another server
    with the model, and finally to the local **fallback** server; a request that is wrong in itself
    (bad shape) fails at once. Each server has a circuit breaker (``breaker.py``): when a few
    consecutive requests pass their deadline or find it unreachable, it leaves the rotation and every
@@ -191,7 +192,8 @@ class SonicClient(InferenceClient):
             self.counters.add(model, failures=1)
             attempt.result.set_exception(err)
             return
-        if action == "retry" and attempt.tries < self.allowed_tries and self.pool.usable(connection):
+        if (action == "retry" and attempt.tries < self.allowed_tries and self.pool.usable(connection)
+                and not (status == "DEADLINE_EXCEEDED" and self.pool.has_other(model, connection))):
             self.counters.add(model, retries=1)
             log.info("retrying (%d/%d): %s", attempt.tries + 1, self.allowed_tries, err)
         else:

@@ -138,22 +138,41 @@ def test_a_hung_server_costs_threshold_deadlines_then_every_waiting_request_fail
     try:
         results = [send(client, float(i)) for i in range(6)]
         assert hung.received == 6 and len(hung.waiting) == 6
-        hung.time_out(1)  # 1st deadline: still in rotation, retried there (allowed_tries)
-        _until(lambda: len(hung.waiting) == 6)
+        hung.time_out(1)  # a deadline: another server has the model, so it goes there, not again to this one
+        assert results[0].result(5)["y"].item() == 0.0 and good.received == 1
         hung.time_out(1)
-        _until(lambda: len(hung.waiting) == 6)
-        assert pool.states[0].healthy and good.received == 0
-        hung.time_out(1)  # the threshold: out of rotation; it and the 5 still waiting fail over at once
+        assert results[1].result(5)["y"].item() == 2.0 and good.received == 2
+        assert pool.states[0].healthy and len(hung.waiting) == 4
+        hung.time_out(1)  # the threshold: out of rotation; it and the 3 still waiting fail over at once
         assert [r.result(5)["y"].item() for r in results] == [2.0 * i for i in range(6)]
-        assert not pool.states[0].healthy and good.received == 6 and hung.received == 8
+        assert not pool.states[0].healthy and good.received == 6 and hung.received == 6
+        assert client.deadlines == {"hung:1": 3}
         counters = client.counters.as_dict()["m"]
-        assert counters["retries"] == 2 and counters["failovers"] == 6 and counters["failures"] == 0
+        assert counters["retries"] == 0 and counters["failovers"] == 6 and counters["failures"] == 0
         assert [c.address for c in pool.candidates("m")] == ["good:1"]
-        assert send(client, 7.0).result(5)["y"].item() == 14.0 and hung.received == 8  # not sent to it any more
+        assert send(client, 7.0).result(5)["y"].item() == 14.0 and hung.received == 6  # not sent to it any more
         # the late answers of the abandoned requests (after SIGCONT) are ignored, not delivered twice
         for future in hung.waiting:
             future.set_result({"y": np.array([-1.0])})
         assert [r.result(5)["y"].item() for r in results] == [2.0 * i for i in range(6)]
+    finally:
+        client.close()
+
+
+def test_a_lone_server_gets_its_deadlines_retried_until_its_breaker_opens():
+    hung = FakeServer("hung:1", hung=True)
+    client = SonicClient(pool_of(hung), allowed_tries=3)
+    try:
+        result = send(client, 1.0)
+        for tries in (1, 2):
+            hung.time_out(1)  # nobody else to ask: tried again on the same server (allowed_tries)
+            _until(lambda: len(hung.waiting) == 1)
+        assert hung.received == 3
+        hung.time_out(1)  # the third deadline opens its breaker: the request fails, naming what happened
+        with pytest.raises(RequestError, match="DEADLINE_EXCEEDED") as err:
+            result.result(5)
+        assert "no other server to fail over to" in "".join(err.value.__notes__)
+        assert client.counters.as_dict()["m"]["retries"] == 2
     finally:
         client.close()
 
