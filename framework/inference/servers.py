@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InferenceError, did_you_mean
-from .breaker import Action, Breaker, BreakerSettings, event_for
+from .breaker import Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection, ServerSpec
 from .repository import ModelInfo, ModelRepository, config_checksums
 from .triton_errors import NoServerError, RequestError
@@ -261,11 +261,11 @@ class ServerPool:
         with self._lock:
             return next((s for s in self.states if s.connection is connection), None)
 
-    def _record(self, state: ServerState, event: str, reason: str = "") -> Action:
+    def _record(self, state: ServerState, event: Event, reason: str = "") -> Action:
         with self._lock:
             now = time.monotonic()
             failures = state.breaker.failures + 1
-            action = state.breaker.record(event, now)  # type: ignore[arg-type]
+            action = state.breaker.record(event, now)
             if action == "open":
                 why = f"{failures} consecutive failures, the last: {reason}" if event == "failure" else reason
                 state.reason, state.checked = why or "not answering", now
@@ -399,12 +399,12 @@ class ServerPool:
         for state in list(self.states):
             if state.baseline is None:
                 continue
-            try:
-                if not state.healthy:  # out of rotation: asking a hung server would make the report wait
-                    raise RequestError("*", state.connection.address, "UNAVAILABLE", state.reason, "failover")
-                now = state.connection.statistics()
-            except RequestError:
-                now = state.last_stats  # a dead or hung server: what we saw last
+            now = state.last_stats  # a dead or hung server (asking it would make the report wait): what we saw last
+            if state.healthy:
+                try:
+                    now = state.connection.statistics()
+                except RequestError:
+                    pass
             per_model: dict[str, dict[str, float]] = {}
             for (model, _version), values in now.items():
                 before = state.baseline.get((model, _version), {})
