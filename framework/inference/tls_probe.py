@@ -28,8 +28,12 @@ def _split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def server_tls(address: str, timeout: float = 2.0) -> str | None:
-    """``"mutual"`` (TLS wanting a client certificate), ``"tls"``, or None (plain, unreachable or unclear)."""
+def server_tls(address: str, timeout: float = 5.0) -> str | None:
+    """``"mutual"`` (TLS wanting a client certificate), ``"tls"``, or None (plain, unreachable or unclear).
+
+    Only asked after a connection failed, so it may wait: a mutual-TLS server on a loaded machine can take
+    seconds to send the alert that tells it from a plain TLS one.
+    """
     try:
         host, port = _split(address)
     except ValueError:
@@ -58,7 +62,7 @@ def server_tls(address: str, timeout: float = 2.0) -> str | None:
         return None
 
 
-def speaks_tls(address: str, timeout: float = 2.0) -> bool:
+def speaks_tls(address: str, timeout: float = 5.0) -> bool:
     """True when ``host:port`` answers a TLS handshake in TLS."""
     return server_tls(address, timeout) is not None
 

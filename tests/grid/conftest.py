@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -16,6 +14,7 @@ import sonic_hep.modules.common.testing  # noqa: F401
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from tests.grid.samples import write_nano
+from tests.polling import wait_for  # noqa: F401 - the grid tests import it from here
 
 SIZES = (120, 80, 100)
 
@@ -33,17 +32,6 @@ def single_run(config: Path, inputs: list[Path], output: Path, overrides: tuple[
     cfg = cfgmod.load(config, [f"source.files={files}", f"output.file={output}", *overrides])
     Process(cfg).run(progress=False)
     return output
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
-    """Polls ``condition`` until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def reports(task_dir: Path) -> list[dict]:

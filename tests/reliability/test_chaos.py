@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.workflows.bench.reliability import answered, has_server_child
 from sonic_hep.workflows.compare import compare_files
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -36,13 +36,6 @@ SETTINGS = [f"source.events={EVENTS}", "options.progress=false", f"services.infe
 
 def sonic_run(*args: str) -> list[str]:
     return [sys.executable, "-m", "sonic_hep.workflows.cli", "run", "demo_inference", "--no-progress", "-q", *args]
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.1)
 
 
 def processes_mentioning(text: str) -> list[str]:

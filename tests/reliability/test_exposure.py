@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.sockets import listening
 from sonic_hep.framework.inference.tls_probe import hint, server_tls
+from tests.polling import read_line
 
 from ..inference.conftest import sonic_client
 
@@ -67,16 +67,6 @@ def pki(tmp_path_factory) -> dict[str, str]:
             "rogue_cert": rogue["cert"], "rogue_key": rogue["key"]}
 
 
-def _read_line(stream, timeout: float) -> str:
-    box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not box:
-        raise AssertionError(f"no line within {timeout:.0f} s")
-    return box[0]
-
-
 def _non_loopback_address() -> str | None:
     """An address of this machine other machines could use (None when it has none)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -102,7 +92,7 @@ def test_host_binds_grpc_only_warns_without_tls_and_the_banner_prints_what_is_bo
                                "--workdir", str(tmp_path / "work")], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
-        banner = _read_line(server.stdout, 120)
+        banner = read_line(server.stdout, 120)
         record = json.loads(next((tmp_path / "state").glob("*.json")).read_text())
         bound = listening(record["pid"])
         ports = {kind: int(record[kind].rsplit(":", 1)[1].split("/")[0]) for kind in ("grpc", "http")}

@@ -17,10 +17,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from sonic_hep.framework.inference.private_memory import preload_library
 from sonic_hep.framework.inference.server import OWNER_FILE, STUB_SHM_PATTERN, TritonServer, sweep_stale_workdirs
 from sonic_hep.framework.inference.shm import CLIENT_SHM_PATTERN, SharedMemoryPool
 from sonic_hep.framework.inference.sockets import listening_table
+from tests.polling import read_line, wait_for
 
 pytestmark = pytest.mark.triton
 
@@ -61,15 +60,6 @@ JOB = textwrap.dedent("""
 """)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Polls ``condition`` until true; fails naming ``what`` after ``timeout`` seconds (a bound, not a timing)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {timeout:.0f} s: {what}")
-        time.sleep(0.2)
-
-
 def processes_mentioning(text: str) -> list[int]:
     """Living (non-zombie) processes whose command line contains ``text`` (the server and its stubs)."""
     found = []
@@ -80,17 +70,6 @@ def processes_mentioning(text: str) -> list[int]:
         if process is not None and any(text in arg for arg in process.cmdline):
             found.append(process.pid)
     return found
-
-
-def read_line(stream, timeout: float) -> str:
-    """One line from a pipe, bounded in time."""
-    box: list[str] = []
-    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if not box:
-        raise AssertionError(f"no line from the job within {timeout:.0f} s")
-    return box[0]
 
 
 @pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM", "SIGINT", "crash"])
@@ -120,11 +99,11 @@ def test_a_server_started_by_a_thread_dies_with_its_job(tmp_path, kill):
         if job.poll() is None:
             job.kill()
             job.wait(30)
-    wait_until(lambda: not server.alive(), 60, f"tritonserver {server.pid} outlived its job ({kill})")
-    wait_until(lambda: not processes_mentioning(info["workdir"]), 30, "a python stub outlived its server")
+    wait_for(lambda: not server.alive(), 60, f"tritonserver {server.pid} outlived its job ({kill})")
+    wait_for(lambda: not processes_mentioning(info["workdir"]), 30, "a python stub outlived its server")
     listening = {port for _, port in listening_table().values()}
     assert not listening & set(info["ports"].values()), f"something still listens on {info['ports']}"
-    wait_until(lambda: not list(SHM.glob(info["shm_prefix"] + "*")), 30, "the server's shared memory was left")
+    wait_for(lambda: not list(SHM.glob(info["shm_prefix"] + "*")), 30, "the server's shared memory was left")
     # a clean exit removed the work folder; after a kill, the next server of anyone sweeps it
     sweep_stale_workdirs(temp)
     assert not Path(info["workdir"]).exists()

@@ -23,6 +23,7 @@ import uproot
 import yaml
 
 from tests.framework.conftest import write_nano
+from tests.polling import wait_for
 
 SONIC = [sys.executable, "-m", "sonic_hep.workflows.cli"]
 
@@ -35,14 +36,6 @@ def slow_config(tmp_path: Path, output: Path, events: int = 100000) -> Path:
                                     "modules": {"w": {"type": "SleepExternal", "ms": 20.0}},
                                     "output": {"file": str(output)}, "options": {"streams": 2, "threads": 1}}))
     return path
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def temporaries(folder: Path) -> list[str]:
