@@ -163,12 +163,14 @@ def test_a_stopped_server_leaves_the_rotation_after_a_few_deadlines_and_returns_
         stream(lambda: used(first.grpc_url) >= 20, 200)
         os.kill(first.pid, signal.SIGSTOP)
         stopped = True
-        # out of rotation, and one probe at least found it still silent (re-opened), before it is continued
-        stream(lambda: pool.states[0].breaker.opened >= 2, 5000)
+        # out of rotation, and one probe at least found it still silent (re-opened), before it is continued. When
+        # its queue times were the longer ones, no request goes to it: then the background statistics calls
+        # (5 s deadline each) are what open the breaker, which takes thousands of requests on a fast machine
+        stream(lambda: pool.states[0].breaker.opened >= 2, 100_000)
         during = used(first.grpc_url)
         os.kill(first.pid, signal.SIGCONT)
         stopped = False
-        stream(lambda: used(first.grpc_url) > during, 5000)  # a later probe brings it back, requests go to it
+        stream(lambda: used(first.grpc_url) > during, 100_000)  # a later probe brings it back, requests go to it
         for x, future in sent:  # every request answered, each equal to direct inference
             np.testing.assert_allclose(future.result(60)["probs"], direct.run("demo_mlp", {"x": x})["probs"],
                                        rtol=0, atol=1e-5)
