@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -32,7 +33,9 @@ REQUIRED: Any = _Required()
 
 
 def type_name(tp: Any) -> str:
-    """Human-readable name of a parameter type (``list[float]``, ``int``...)."""
+    """Human-readable name of a parameter type (``list[float]``, ``int``, ``float | None``...)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):  # one spelling for Optional[X] and X | None
+        return " | ".join("None" if option is type(None) else type_name(option) for option in typing.get_args(tp))
     if typing.get_origin(tp) is not None:
         return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", str(tp))
@@ -63,15 +66,14 @@ def coerce(value: Any, tp: Any) -> Any:
             raise TypeError(f"expected {type_name(tp)}, got {type(value).__name__} {value!r}")
         kt, vt = typing.get_args(tp) or (Any, Any)
         return {coerce(k, kt): coerce(v, vt) for k, v in value.items()}
-    if origin is typing.Union:
-        errors = []
+    if origin in (typing.Union, types.UnionType):  # Optional[X] and X | None are different objects
         for option in typing.get_args(tp):
             if option is type(None) and value is None:
                 return None
             try:
                 return coerce(value, option)
-            except TypeError as err:
-                errors.append(str(err))
+            except TypeError:
+                pass
         raise TypeError(f"expected {type_name(tp)}, got {type(value).__name__} {value!r}")
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -94,10 +96,19 @@ class Param(Generic[T]):
         default: the value when the configuration gives none; omit it to make the parameter required.
         doc (str): one sentence for ``sonic describe``.
         choices (tuple | None): the allowed values, checked at configuration time.
+        min (float | None): the smallest allowed value (inclusive), checked at configuration time.
+        max (float | None): the largest allowed value (inclusive).
+        above (float | None): a bound the value must exceed (``above=0``: positive).
+
+    Ranges are declared rather than checked in ``begin_job`` so that a bad value is reported with
+    the configuration's file and key before any module is constructed, and ``sonic describe``
+    shows them. ``None`` (for ``X | None`` parameters) is never range-checked.
     """
 
-    def __init__(self, type: Any, default: Any = REQUIRED, doc: str = "", choices: tuple | None = None):
+    def __init__(self, type: Any, default: Any = REQUIRED, doc: str = "", choices: tuple | None = None, *,
+                 min: float | None = None, max: float | None = None, above: float | None = None):
         self.type, self.default, self.doc, self.choices = type, default, doc, choices
+        self.min, self.max, self.above = min, max, above
         self.name = "?"
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -121,12 +132,25 @@ class Param(Generic[T]):
         value = coerce(value, self.type)
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{value!r} is not one of {list(self.choices)}")
+        if value is not None:
+            if self.min is not None and value < self.min:
+                raise ValueError(f"must be at least {self.min}, got {value!r}")
+            if self.max is not None and value > self.max:
+                raise ValueError(f"must be at most {self.max}, got {value!r}")
+            if self.above is not None and value <= self.above:
+                raise ValueError(f"must be above {self.above}, got {value!r}")
         return value
+
+    def range(self) -> str:
+        """The declared bounds in words (``""`` when there are none), for ``sonic describe``."""
+        bounds = [f"{word} {bound}" for word, bound in (("at least", self.min), ("at most", self.max),
+                                                         ("above", self.above)) if bound is not None]
+        return ", " + " and ".join(bounds) if bounds else ""
 
     def describe(self) -> str:
         default = "required" if self.required else f"default {self.default!r}"
         choices = f", one of {list(self.choices)}" if self.choices else ""
-        return f"{self.name} ({type_name(self.type)}, {default}{choices}): {self.doc}"
+        return f"{self.name} ({type_name(self.type)}, {default}{choices}{self.range()}): {self.doc}"
 
 
 class InputTag(Param[str]):

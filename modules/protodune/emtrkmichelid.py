@@ -21,13 +21,9 @@ class EmTrkMichelId(InferenceProducer):
 
     patches = InputTag("patches:patches", doc="uint8 patches [n_hits, 48, 48, 1] (HitPatches)")
     model = Param(str, "emtrkmichelid", doc="model name in the model repository")
-    batch_size = Param(int, 1693, doc="patches per inference request (the seeds used 235 and 1693)")
+    batch_size = Param(int, 1693, doc="patches per inference request (the seeds used 235 and 1693)", min=1)
 
     scores = Output("per hit: track, em, none (softmax of em_trk_none) and michel (sigmoid), float32")
-
-    def begin_job(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"module '{self.label}': batch_size must be at least 1, got {self.batch_size}")
 
     def acquire(self, event):
         patches = event.get(self.patches)

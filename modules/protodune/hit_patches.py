@@ -24,19 +24,15 @@ class HitPatches(Producer):
     hits = InputTag("Hit", fields=("tpc", "plane", "wire", "peak_tick"), doc="hits (peak tick in ticks)")
     rois = InputTag("Roi", fields=("tpc", "plane", "wire", "start", "length"), doc="zero-suppressed ROIs")
     adc = InputTag("Adc", doc="the ROIs' int16 samples, concatenated in ROI order")
-    size = Param(int, 48, doc="patch side in wires and drift pixels (the model's input size)")
-    drift_window = Param(int, 6, doc="ticks averaged into one drift pixel (≈ the wire pitch)")
-    adc_max = Param(float, 120.0, doc="ADC mapped to the top uint8 code (the value the model was trained with)")
-    planes = Param(int, 3, doc="wire planes per TPC (views are numbered tpc * planes + plane)")
+    size = Param(int, 48, doc="patch side in wires and drift pixels (the model's input size)", min=1)
+    drift_window = Param(int, 6, doc="ticks averaged into one drift pixel (≈ the wire pitch)", min=1)
+    adc_max = Param(float, 120.0, doc="ADC mapped to the top uint8 code (the value the model was trained with)",
+                    above=0)
+    planes = Param(int, 3, doc="wire planes per TPC (views are numbered tpc * planes + plane)", min=1)
 
     patches = Output("uint8 [n_hits, size, size, 1]: patch codes, code/255 = clip(mean ADC, 0, adc_max)/adc_max")
 
     def begin_job(self) -> None:
-        for name in ("size", "drift_window", "planes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"module '{self.label}': {name} must be at least 1, got {getattr(self, name)}")
-        if self.adc_max <= 0:
-            raise ValueError(f"module '{self.label}': adc_max must be positive, got {self.adc_max}")
         self.spec = PatchSpec(self.size, self.drift_window, self.adc_max, self.planes)
 
     def produce(self, event) -> None:
