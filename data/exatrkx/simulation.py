@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...framework.errors import SonicError
+from ...framework.extras import require
 from .digitization import DETECTORS, write_digitization_config
 
 
@@ -55,15 +56,9 @@ class GunConfig:
 
 
 def _import_acts():
-    try:
-        import acts
-        import acts.examples
-        import acts.examples.json  # noqa: F401 - registers readDigiConfigFromJson
-        from acts.examples import simulation
-    except ImportError as err:
-        raise SimulationError(f"ACTS is not installed ({err}); install it with: pip install 'sonic-hep[generators]' "
-                              f"(pyacts==48.1.0)") from None
-    return acts, simulation
+    acts = require("acts", "the Exa.TrkX simulation", SimulationError)
+    require("acts.examples.json", "the Exa.TrkX simulation", SimulationError)  # registers readDigiConfigFromJson
+    return acts, require("acts.examples.simulation", "the Exa.TrkX simulation", SimulationError)
 
 
 def simulate(events: int, directory: str | os.PathLike, gun: GunConfig = GunConfig(), seed: int = 1,

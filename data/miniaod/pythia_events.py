@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...framework.errors import SonicError
+from ...framework.extras import require
 
 #: Pythia settings per process (13 TeV pp). Names are what ``--process`` accepts.
 PROCESSES: dict[str, tuple[str, ...]] = {
@@ -76,11 +77,7 @@ class GenBatch:
 def make_pythia(process: str, seed: int, pthat_min: float | None = None):
     """A ready ``pythia8mc.Pythia`` for ``process`` with a reproducible seed (1 ≤ seed < 900 000 000);
     ``pthat_min`` (GeV) overrides the process's minimum transverse momentum of the hard scattering."""
-    try:
-        import pythia8mc
-    except ImportError:
-        raise GeneratorError("the MiniAOD generator needs pythia8mc: pip install 'sonic-hep[generators]' "
-                             "(pythia8mc==8.317.2)") from None
+    pythia8mc = require("pythia8mc", "the MiniAOD generator", GeneratorError)
     if process not in PROCESSES:
         raise GeneratorError(f"unknown process {process!r}; choose from {sorted(PROCESSES)}")
     pythia = pythia8mc.Pythia("", False)

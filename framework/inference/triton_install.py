@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InferenceError
+from ..extras import require
 
 #: our python-based backends (folder name = backend name Triton maps a platform to)
 BACKENDS = Path(__file__).resolve().parent / "backends"
@@ -66,11 +67,7 @@ def find_install() -> TritonInstall:
     Raises:
         InferenceError: when the wheel is missing (naming the install command).
     """
-    try:
-        import pytriton
-    except ImportError:
-        raise InferenceError("the Triton server comes with the nvidia-pytriton wheel: "
-                             "pip install 'nvidia-pytriton>=0.5'") from None
+    pytriton = require("pytriton", "the Triton server", InferenceError)
     root = Path(pytriton.__file__).resolve().parent / "tritonserver"
     binary = root / "bin" / "tritonserver"
     if not binary.exists():

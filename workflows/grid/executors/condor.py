@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ....framework.extras import require
 from ..batch_text import classad_string, condor_arguments, condor_text, job_name, plain, submit_key, submit_value
 from ..errors import GridError, SubmitError
 from ..lifecycle import BatchStatus
@@ -151,12 +152,13 @@ class CondorExecutor(Executor):
         return "\n".join(lines + [")", ""])
 
     # -- the bindings --------------------------------------------------------------------------------
+    @staticmethod
+    def _bindings() -> Any:
+        """The ``htcondor2`` module, or a ``SubmitError`` naming the ``grid`` extra."""
+        return require("htcondor2", "the condor executor", SubmitError)
+
     def _schedd(self) -> Any:
-        try:
-            import htcondor2
-        except ImportError:
-            raise SubmitError("the condor executor needs the HTCondor bindings: pip install 'sonic-hep[grid]'") \
-                from None
+        htcondor2 = self._bindings()
         try:
             if self.options.schedd:
                 ad = htcondor2.Collector().locate(htcondor2.DaemonType.Schedd, self.options.schedd)
@@ -168,8 +170,7 @@ class CondorExecutor(Executor):
                               f"CONDOR_CONFIG={os.environ.get('CONDOR_CONFIG', 'unset')})") from None
 
     def submit(self, indices: list[int], max_running: int | None) -> dict[int, str]:
-        import htcondor2
-
+        htcondor2 = self._bindings()
         path = self.task.directory / "logs" / f"condor-submit-{time.strftime('%Y%m%d-%H%M%S')}.sub"
         path.write_text(self.submit_file(max_running, indices))
         schedd = self._schedd()

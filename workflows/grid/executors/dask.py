@@ -13,11 +13,11 @@ killed on a worker is reported the same way (see ``driver``).
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from concurrent.futures import Executor as PoolExecutor
 from dataclasses import dataclass, field
 
+from ....framework.extras import require
 from ..errors import GridError
 from .driver import DriverExecutor
 
@@ -45,8 +45,8 @@ class DaskExecutor(DriverExecutor):
 
     @contextlib.contextmanager
     def pool(self, max_running: int) -> Iterator[PoolExecutor]:
-        from distributed import Client, LocalCluster
-
+        distributed = require("distributed", "the dask executor", GridError)
+        Client, LocalCluster = distributed.Client, distributed.LocalCluster  # noqa: N806 - the library's names
         opts: DaskOptions = self.options
         with contextlib.ExitStack() as stack:
             if opts.scheduler:
@@ -66,11 +66,7 @@ class DaskExecutor(DriverExecutor):
     def _jobqueue_cluster(self, opts: DaskOptions):  # noqa: ANN202 - a dask_jobqueue.JobQueueCluster
         if opts.cluster not in JOBQUEUE:
             raise GridError(f"dask cluster {opts.cluster!r} is not one of {sorted(JOBQUEUE)}")
-        try:
-            jobqueue = importlib.import_module("dask_jobqueue")
-        except ImportError:
-            raise GridError("the dask executor's cluster option needs dask-jobqueue: "
-                            "pip install 'sonic-hep[grid]'") from None
+        jobqueue = require("dask_jobqueue", "the dask executor's cluster option", GridError)
         kwargs = {"cores": opts.cores, "memory": opts.memory, "processes": 1,
                   "log_directory": str(self.task.directory / "logs"), "python": self.task.description.python,
                   "job_extra_directives": list(opts.job_extra)}
