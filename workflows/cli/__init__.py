@@ -19,17 +19,37 @@ import importlib
 import logging
 import os
 import pkgutil
+import re
 import signal
 import sys
 import traceback
 import typing
 
 from ...framework.errors import ExitCode, SonicError
-from ...framework.process import Interrupted
+from ...framework.process import Interrupted, software_version
+
+
+#: a check run on the parsed arguments of one (sub-)parser, which may complete them or call ``parser.error``
+AfterParse = typing.Callable[["Parser", argparse.Namespace], None]
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (``sonic run: error: argument -n: ...``) instead of usage + error."""
+    """argparse with a one-line error (``sonic run: error: argument -n: ...``) instead of usage + error, and
+    checks that run once this parser's arguments are parsed (:attr:`after_parse`), so a sub-command can fix
+    up what argparse alone cannot express (``sonic run -i f.root miniaod``) and still fail as a usage error."""
+
+    def __init__(self, *args: typing.Any, **kwargs: typing.Any):
+        if kwargs.get("description"):  # the sub-commands' docstrings: a user reads the help, not reST
+            kwargs["description"] = plain(kwargs["description"])
+        super().__init__(*args, **kwargs)
+        self.after_parse: list[AfterParse] = []
+
+    def parse_known_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extra = super().parse_known_args(args, namespace)
+        for check in self.after_parse:
+            check(self, namespace)
+        return namespace, extra
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
@@ -38,6 +58,8 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="sonic", description="HEP event processing with coprocessors as a service")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
+    parser.add_argument("--version", action="version", version=f"sonic-hep {software_version()}",
+                        help="print the version of sonic-hep and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         if info.name.startswith("_"):
@@ -45,12 +67,44 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(module, "register"):
             module.register(sub)
+    _verbose_anywhere(parser)
     return parser
+
+
+def _verbose_anywhere(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after the sub-command too (``sonic run cfg.yaml -v``), as after ``sonic``. SUPPRESS as default,
+    so a sub-command without ``-v`` keeps what was given before it. A sub-command whose arguments are parsed
+    by its own module (``sonic bench NAME``, ``_lazy``) takes ``-v`` there."""
+    for action in parser._actions:  # noqa: SLF001 - argparse offers no public walk over sub-parsers
+        if not isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            continue
+        for child in action.choices.values():
+            if child.add_help and not any("-v" in a.option_strings for a in child._actions):  # noqa: SLF001
+                child.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                   help="debug logging and full tracebacks (as sonic -v)")
+            _verbose_anywhere(child)
 
 
 def one_line(text: str) -> str:
     """A message on one line (causes from other libraries sometimes span several)."""
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :class:`~a.B`, :mod:`text <target>`
+_LITERAL = re.compile(r"``(.+?)``")
+_EMPHASIS = re.compile(r"(?<![\w*])\*{1,2}(?=\S)([^*]+?)(?<=\S)\*{1,2}(?![\w*])")
+
+
+def plain(text: str) -> str:
+    """Docstring text as a terminal shows it: reST markup (``literal``, :role:`target`, *emphasis*) removed,
+    the words kept (``:class:`~a.b.C``` → ``C``; a role's explicit title wins over its target)."""
+    def role(match: re.Match[str]) -> str:
+        title = match.group(1)
+        return title.rsplit(".", 1)[-1] if "`~" in match.group(0) else title.lstrip(".")
+
+    text = _ROLE.sub(role, text)
+    text = _LITERAL.sub(r"\1", text)
+    return _EMPHASIS.sub(r"\1", text)
 
 
 def _say(message: str) -> None:

@@ -13,6 +13,7 @@ import argparse
 import ast
 import importlib
 import importlib.util
+import logging
 import pkgutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,14 +48,21 @@ def add_lazy(subparsers: argparse._SubParsersAction, name: str, module: str, pro
     stub.add_argument("arguments", nargs=argparse.REMAINDER)
 
     def run(args: argparse.Namespace) -> int:
+        from . import Parser  # the package imports this module while it builds its parser
+
         impl = importlib.import_module(module)
-        parser = argparse.ArgumentParser(prog=prog, description=impl.__doc__,
-                                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        # the same Parser as every other sub-command: an argument error is one line, exit 2
+        parser = Parser(prog=prog, description=impl.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
         if out_option:
             parser.add_argument("--out", default=f"bench-{name}", metavar="DIR",
                                 help="directory for the tables (Markdown, JSON) and plots (PNG)")
         impl.add_arguments(parser)
+        if not any("-v" in action.option_strings for action in parser._actions):  # noqa: SLF001
+            parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
         inner = parser.parse_args(args.arguments)
+        if getattr(inner, "verbose", False) and not args.verbose:  # -v after NAME: as if given after sonic
+            args.verbose = True  # the caller's namespace: tracebacks are shown on failure
+            logging.getLogger().setLevel(logging.DEBUG)
         inner.verbose = args.verbose
         return getattr(impl, entry)(inner)
 

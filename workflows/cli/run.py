@@ -15,11 +15,34 @@ from ...framework.process import Process, Stop
 
 
 def add_process_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every command that runs or inspects a configuration."""
-    parser.add_argument("config", help="a YAML process configuration, or the name of a shipped one (e.g. miniaod)")
+    """Options shared by every command that runs or inspects a configuration.
+
+    CONFIG may also come after ``--input`` files (``sonic run -i f.root miniaod``) where the parser is the
+    command line's (:class:`Parser`, see :func:`config_after_inputs`); a plain argparse parser (a grid job
+    runs ``sonic run`` with one) keeps CONFIG a plain required positional."""
+    help_text = "a YAML process configuration, or the name of a shipped one (e.g. miniaod)"
+    checks = getattr(parser, "after_parse", None)
+    if checks is None:
+        parser.add_argument("config", help=help_text)
+    else:
+        parser.add_argument("config", nargs="?", help=help_text)
+        checks.append(config_after_inputs)
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override any setting: module.param=value, source.max_events=10, "
                              "services.inference.mode=sonic ...")
+
+
+def config_after_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """CONFIG written after ``--input`` files (``sonic run -i a.root b.root miniaod``) is the last word of the
+    list, which argparse hands to ``--input`` (it takes one or more words): it becomes CONFIG again, as with
+    ``cp a b DIR``. A last word that names a ROOT file is an input, and CONFIG is still missing."""
+    if args.config is not None:
+        return
+    inputs = getattr(args, "input", None) or []
+    if len(inputs) > 1 and not inputs[-1].endswith(".root"):
+        args.config = inputs.pop()
+    if args.config is None:
+        parser.error("the following arguments are required: config")
 
 
 def overrides_from(args: argparse.Namespace) -> list[str]:
