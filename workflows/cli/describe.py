@@ -6,6 +6,7 @@ import argparse
 
 from ...framework.errors import ConfigError
 from ...framework.registry import all_types, lookup
+from . import plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,15 +15,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=main)
 
 
+def summary(doc: str | None) -> str:
+    """The first sentence of a docstring's first paragraph, in plain words, for the one-line listing.
+
+    The paragraph is joined first (a sentence may wrap in the source, and its first line alone would end
+    mid-phrase); it is cut at the first full stop outside parentheses, so "(e.g. HT)" does not end it."""
+    paragraph = " ".join(plain((doc or "").strip().split("\n\n")[0]).split())
+    depth = 0
+    for i, char in enumerate(paragraph):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "." and depth == 0 and paragraph[i + 1:i + 2] in ("", " "):
+            return paragraph[:i + 1]
+    return paragraph
+
+
 def main(args: argparse.Namespace) -> int:
     if not args.type:
         for name, cls in sorted(all_types().items()):
-            doc = (cls.__doc__ or "").strip().splitlines()
-            print(f"{name:<28} {cls.kind:<9} {doc[0] if doc else ''}")
+            print(f"{name:<28} {cls.kind:<9} {summary(cls.__doc__)}")
         return 0
     try:
         cls = lookup(args.type)
     except KeyError as err:
         raise ConfigError(err.args[0]) from None
-    print(cls.describe())
+    print(plain(cls.describe()))
     return 0
