@@ -19,13 +19,13 @@ from ..grid.task import Task
 
 
 def follow(task: Task, timeout: float | None, interval: float = 1.0) -> int:
-    """Waits until no job is pending or running, printing each change of the counts; then the table."""
+    """Waits until no job is pending or running, printing each change of the counts; then the table of every job."""
 
     def progress(counts: dict[str, int]) -> None:
         print("  " + ", ".join(f"{n} {state}" for state, n in counts.items() if n), file=sys.stderr, flush=True)
 
     statuses = grid_status.wait(task, interval=interval, timeout=timeout, progress=progress)
-    print(grid_status.table(task, statuses, show_all=False))
+    print(grid_status.table(task, statuses))  # every job, as `sonic status` shows them
     return 1 if any(s.state == "failed" for s in statuses) else 0
 
 
