@@ -161,18 +161,22 @@ class Process:
     def _make_services(self) -> dict[str, Service]:
         wanted = dict(self.config.services)
         wanted.pop("timing", None)
-        for module in self.prototypes.values():
-            for name in module.requires:
-                wanted.setdefault(name, {})
+        required = {name for module in self.prototypes.values() for name in module.requires}
+        for name in required:
+            wanted.setdefault(name, {})
         services: dict[str, Service] = {}
         for name, cfg in wanted.items():
             try:
-                services[name] = service_class(name)(cfg)
+                service = service_class(name)(cfg)  # checked even when unused: a typo fails either way
             except ConfigError as err:
                 if err.file or not (err.key or "").startswith("services."):
                     raise
                 # a service validates a plain dict: say whether the value came from the file or from -p
                 raise ConfigError(err.reason, key=err.key, **self.config.service_origin(err.key)) from None
+            if name in required:
+                services[name] = service
+            else:  # no module may reach it (Module.service needs `requires`): starting it (a server) is waste
+                log.info("services.%s: no module of this job uses it; not started", name)
         return services
 
     # -- running -------------------------------------------------------------------------------------
