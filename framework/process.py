@@ -161,7 +161,7 @@ class Process:
     def _make_services(self) -> dict[str, Service]:
         wanted = dict(self.config.services)
         wanted.pop("timing", None)
-        required = {name for module in self.prototypes.values() for name in module.requires}
+        required = dict.fromkeys(name for module in self.prototypes.values() for name in module.requires)
         for name in required:
             wanted.setdefault(name, {})
         services: dict[str, Service] = {}
