@@ -49,6 +49,7 @@ from .client import Counters, InferenceClient, InputArray, assemble, check_input
 from .breaker import BreakerSettings
 from .connection import ServerConnection, ServerSpec
 from .repository import ModelInfo, ModelRepository
+from .server_statistics import compute_ns
 from .servers import ServerPool
 from .triton_errors import NoServerError, RequestError
 
@@ -240,7 +241,7 @@ class SonicClient(InferenceClient):
             for address, models in servers.items():
                 for model, s in models.items():
                     executions = s["executions"] or 1
-                    compute = (s["compute_input_ns"] + s["compute_infer_ns"] + s["compute_output_ns"]) / executions / 1e6
+                    compute = compute_ns(s) / executions / 1e6
                     lines.append(f"{address:<26} {model:<20} {int(s['requests']):9d} {int(s['executions']):10d} "
                                  f"{s['inferences'] / executions:9.1f} {s['queue_ns'] / max(1, s['requests']) / 1e6:12.3f} "
                                  f"{compute:15.3f}")

@@ -32,6 +32,7 @@ import uproot
 
 from ...framework import Process
 from ...framework import config as cfgmod
+from ...framework.inference.server_statistics import compute_ns
 from ...modules.exatrkx.matching import MatchCounts
 from ...modules.exatrkx.performance import summed_counts
 from ._machine import CoreSplit, machine_description
@@ -79,7 +80,7 @@ def server_times(report: dict[str, Any], events: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for models in (report.get("inference") or {}).get("servers", {}).values():
         for model, s in models.items():
-            ns = s["queue_ns"] + s["compute_input_ns"] + s["compute_infer_ns"] + s["compute_output_ns"]
+            ns = s["queue_ns"] + compute_ns(s)
             out[model] = out.get(model, 0.0) + ns / 1e6 / max(events, 1)
     return out
 

@@ -51,6 +51,7 @@ from ...framework import config as cfgmod
 from ...framework.futures import gather
 from ...framework.inference.client import InferenceClient
 from ...framework.inference.repository import ModelRepository
+from ...framework.inference.server_statistics import compute_ns
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
 from ...modules.protodune.patches import PatchSpec, make_patches
 from ._machine import machine_description
@@ -152,7 +153,7 @@ def server_compute(stats: dict[str, Any]) -> dict[str, float]:
         if s:
             total["requests"] += s["requests"]
             total["executions"] += s["executions"]
-            total["compute_s"] += (s["compute_input_ns"] + s["compute_infer_ns"] + s["compute_output_ns"]) / 1e9
+            total["compute_s"] += compute_ns(s) / 1e9
             total["queue_s"] += s["queue_ns"] / 1e9
     return total
 

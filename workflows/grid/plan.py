@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ...framework.inference.server_statistics import compute_ns
 from .errors import GridError
 
 BYTE_KEYS = (("bytes_sent", "bytes_received"), ("input_bytes", "output_bytes"), ("bytes_in", "bytes_out"))
@@ -91,8 +92,7 @@ def _server_seconds(inference: Any) -> float | None:
     """Triton's compute time (input + infer + output) summed over the servers and models of one run."""
     if not isinstance(inference, dict) or not isinstance(inference.get("servers"), dict):
         return None
-    total = sum(float(stats.get(key, 0)) for models in inference["servers"].values() for stats in models.values()
-                for key in ("compute_input_ns", "compute_infer_ns", "compute_output_ns"))
+    total = sum(compute_ns(stats) for models in inference["servers"].values() for stats in models.values())
     return total / 1e9 if total else None
 
 
