@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def delta_phi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a - b + np.pi) % (2 * np.pi) - np.pi
+from ...modules.common.kinematics import delta_phi
 
 
 def same_event_pairs(event_a: np.ndarray, event_b: np.ndarray, n_events: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,8 @@ import numpy as np
 
 from .detector import PFCandidates
 from .jets import Jets
-from .matching import delta_phi, nearest, same_event_pairs
+from ...modules.common.kinematics import delta_phi, rank_within
+from .matching import nearest, same_event_pairs
 
 TAU_MASS = 1.77686
 
@@ -33,15 +34,11 @@ def _group_sum(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(groups, values, minlength=n)
 
 
-def _rank_within(groups: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Rank (0 = largest ``key``) of each row within its group."""
-    order = np.lexsort((-key, groups))
-    g = groups[order]
-    start = np.ones(g.size, dtype=bool)
-    start[1:] = g[1:] != g[:-1]
-    first = np.maximum.accumulate(np.where(start, np.arange(g.size), 0))
-    rank = np.empty(g.size, dtype=np.int64)
-    rank[order] = np.arange(g.size) - first
+def _row_rank(groups: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Rank (0 = largest ``key``) of each row within its group, in the rows' own order."""
+    order, rank_sorted = rank_within(groups, key)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = rank_sorted
     return rank
 
 
@@ -71,7 +68,7 @@ def reconstruct_taus(cands: PFCandidates, jets: Jets, n_events: int, gen_vis: di
     charged = (cands.charge[cand] != 0) & (cands.pt[cand] > 0.5)
     # leading charged constituent per seed jet
     ch_rows = np.flatnonzero(charged)
-    lead_rank = _rank_within(jet[ch_rows], cands.pt[cand[ch_rows]])
+    lead_rank = _row_rank(jet[ch_rows], cands.pt[cand[ch_rows]])
     lead_of = np.full(jets.pt.size, -1, dtype=np.int64)
     lead_of[jet[ch_rows[lead_rank == 0]]] = cand[ch_rows[lead_rank == 0]]
     has_lead = (lead_of >= 0) & (cands.pt[np.maximum(lead_of, 0)] > 5.0)
@@ -83,7 +80,7 @@ def reconstruct_taus(cands: PFCandidates, jets: Jets, n_events: int, gen_vis: di
     dphi = delta_phi(cands.phi[cand], cands.phi[lead])
     in_cone = np.hypot(deta, dphi) < r_sig[jet]
     sig_ch = charged & in_cone
-    sig_ch[sig_ch] = _rank_within(jet[sig_ch], cands.pt[cand[sig_ch]]) < 3
+    sig_ch[sig_ch] = _row_rank(jet[sig_ch], cands.pt[cand[sig_ch]]) < 3
     photon = (cands.pdgId[cand] == 22) & (cands.pt[cand] > 0.5) & (np.abs(deta) < 0.10) & (np.abs(dphi) < 0.25)
     n_jets = jets.pt.size
     n_ch = np.bincount(jet[sig_ch], minlength=n_jets)

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..common.kinematics import delta_phi
+
 COMMON = ("rho", "tau_pt", "tau_eta", "tau_inside_ecal_crack")
 _TRACK = ("lostInnerHits", "numberOfPixelHits", "vertex_dx", "vertex_dy", "vertex_dz", "vertex_dx_tauFL",
           "vertex_dy_tauFL", "vertex_dz_tauFL", "hasTrackDetails", "dxy", "dxy_sig", "dz", "dz_sig",
@@ -84,10 +86,6 @@ TAU_FIELDS = ("pt", "eta", "phi", "mass", "charge", "decayMode", "leadTkDeltaEta
               "ptWeightedDetaStrip", "ptWeightedDphiStrip", "ptWeightedDrSignal", "ptWeightedDrIsolation",
               "leadingTrackNormChi2", "eRatio", "gjAngleDiff", "nPhotons", "emFraction", "insideEcalCrack",
               "etaAtEcalEntranceLeadChargedCand")
-
-
-def delta_phi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a - b + np.pi) % (2 * np.pi) - np.pi
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

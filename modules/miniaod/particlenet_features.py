@@ -17,21 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..common.kinematics import delta_phi, rank_within
 from .particlenet_inputs import InputGroup, ParticleNetInputs
-
-
-def delta_phi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a - b + np.pi) % (2 * np.pi) - np.pi
-
-
-def rank_within(groups: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Orders rows by group then decreasing ``key``; returns (order, rank within group)."""
-    order = np.lexsort((-key, groups))
-    g = groups[order]
-    start = np.ones(g.size, dtype=bool)
-    start[1:] = g[1:] != g[:-1]
-    first = np.maximum.accumulate(np.where(start, np.arange(g.size), 0)) if g.size else g
-    return order, np.arange(g.size) - first
 
 
 def normalise(group: InputGroup, columns: Mapping[str, np.ndarray]) -> np.ndarray:
