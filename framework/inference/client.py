@@ -38,6 +38,11 @@ class InferenceClient(abc.ABC):
     def model_info(self, model: str) -> ModelInfo:
         """The model's inputs, outputs and batching (from the repository or the server)."""
 
+    def check_runnable(self, model: str) -> None:
+        """Raises :class:`InferenceError` when this client cannot run ``model`` (unknown, or of a kind it
+        cannot execute), so a module can refuse a job in ``begin_job`` instead of on its first event."""
+        self.model_info(model)
+
     @abc.abstractmethod
     def infer(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> Future:
         """Starts inference; the Future gives ``{output name: array}`` (only ``outputs`` if given).

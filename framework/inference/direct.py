@@ -26,6 +26,9 @@ from .repository import ModelInfo, ModelRepository
 
 log = logging.getLogger(__name__)
 
+#: model platforms (``platform`` or ``backend`` of config.pbtxt) onnxruntime runs in this process
+IN_PROCESS = ("onnxruntime_onnx", "onnxruntime")
+
 
 def providers(device: str) -> list[str]:
     """Execution providers for ``device`` ("cpu", "gpu" or "auto": GPU when onnxruntime has CUDA)."""
@@ -66,10 +69,19 @@ class DirectClient(InferenceClient):
     def model_info(self, model: str) -> ModelInfo:
         return self.repository.get(model)
 
+    def check_runnable(self, model: str) -> None:
+        """Only ONNX models run in-process; an ensemble or a python-backend model needs a Triton server."""
+        info = self.model_info(model)
+        if info.platform not in IN_PROCESS:
+            kind = "an ensemble" if info.platform == "ensemble" else f"a {info.platform!r} model"
+            raise InferenceError(f"model {model!r} is {kind}, which runs only on a Triton server: set "
+                                 f"services.inference.mode=sonic (--inference sonic)")
+
     def session(self, model: str) -> ort.InferenceSession:
         """The model's shared session, created (after checksum verification) on first use."""
         with self._lock:
             if model not in self._sessions:
+                self.check_runnable(model)
                 info = self.repository.get(model)
                 info.verify_checksums()
                 path = info.model_file()

@@ -13,6 +13,9 @@ A producer names its model and builds input arrays; it never knows direct from S
 
         def produce(self, event, result):
             event.put("scores", result["score"][:, 0])
+
+A module that only reads a model's metadata (labels, parameters), the same in every mode, derives
+from :class:`UsesModel`.
 """
 
 from __future__ import annotations
@@ -22,25 +25,38 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from ..module import ExternalWork
+from ..module import ExternalWork, Module
 from ..params import Param
 from .client import InferenceClient
 from .repository import ModelInfo
 
 
-class InferenceProducer(ExternalWork, abstract=True):
-    """ExternalWork whose ``acquire`` sends inputs to a model through the job's inference service."""
+class UsesModel(Module, abstract=True):
+    """Mixin of a module that reads a model's metadata (labels, parameters such as a working point)
+    from the job's inference service, whichever mode it runs in, without sending requests itself::
+
+        class Clustering(UsesModel, Producer):
+            model = Param(str, "my_clustering", doc="repository entry holding the working point")
+
+            def begin_job(self):
+                self.radius = float(self.model_info(self.model).parameters["radius"])
+    """
 
     requires = ("inference",)
-    model = Param(str, doc="model name in the model repository (a Triton repository entry)")
 
     @property
     def client(self) -> InferenceClient:
         return self.service("inference").client
 
     def model_info(self, model: str | None = None) -> ModelInfo:
-        """Inputs, outputs and ``max_batch_size`` of the model (from the repository or the server)."""
+        """Inputs, outputs, ``max_batch_size``, labels and parameters of ``model`` (default: ``self.model``)."""
         return self.client.model_info(model or self.model)
+
+
+class InferenceProducer(UsesModel, ExternalWork, abstract=True):
+    """ExternalWork whose ``acquire`` sends inputs to a model through the job's inference service."""
+
+    model = Param(str, doc="model name in the model repository (a Triton repository entry)")
 
     def infer(self, inputs: Mapping[str, np.ndarray], outputs: list[str] | None = None,
               model: str | None = None) -> Future:

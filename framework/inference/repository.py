@@ -62,6 +62,9 @@ class ModelInfo:
         path: the model's directory (None for a model known only from a server's config).
         config: the parsed ``config.pbtxt`` (``tritonclient.grpc.model_config_pb2.ModelConfig``).
         version: the version served (the highest version directory unless a policy says otherwise).
+        local: for a model known from a server's config, the same model's entry in the job's local
+            repository (the server was checked to serve the same files, by checksum, before use); it
+            supplies what Triton does not send, the label files.
     """
 
     name: str
@@ -70,6 +73,7 @@ class ModelInfo:
     version: int
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
+    local: ModelInfo | None = None
 
     @property
     def max_batch_size(self) -> int:
@@ -105,14 +109,28 @@ class ModelInfo:
                 raise InferenceError(f"model {self.name!r}: MD5 of {target} is {actual}, config.pbtxt expects "
                                      f"{expected}: the file is not the model the config describes")
 
-    @cached_property
+    @property
     def labels(self) -> dict[str, list[str]]:
-        """Class labels per output, from the outputs' ``label_filename`` files."""
+        """Class labels per output, from the outputs' ``label_filename`` files (for a model known from a
+        server, those of its local repository entry: Triton sends the file names, not the files)."""
+        if self.path is None:
+            return self.local.labels if self.local is not None else {}
+        return self._file_labels
+
+    @cached_property
+    def _file_labels(self) -> dict[str, list[str]]:
         out = {}
         for spec in self.outputs:
-            if spec.labels and self.path is not None:
+            if spec.labels:
                 out[spec.name] = (self.path / spec.labels).read_text().split()
         return out
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The config's ``parameters`` as ``{name: string value}`` (a model's settings, e.g. a working
+        point), the same from a repository entry and from a server; checksum entries left out."""
+        return {name: value.string_value for name, value in self.config.parameters.items()
+                if not name.startswith(CHECKSUM_PARAMETER)}
 
 
 #: prefix of the model parameters that carry the checksums in a runtime config (the pip server has no
@@ -195,6 +213,7 @@ class ModelRepository:
             if not path.is_dir():
                 raise InferenceError(f"model repository {str(path)!r} does not exist")
         self._cache: dict[str, ModelInfo] = {}
+        self._missing: set[str] = set()
 
     def names(self) -> list[str]:
         """Every model name in the repositories."""
@@ -217,6 +236,14 @@ class ModelRepository:
                 raise InferenceError(f"model {name!r} is in no repository {[str(p) for p in self.paths]}"
                                      f"{did_you_mean(name, names)}; available: {names}")
         return self._cache[name]
+
+    def find(self, name: str) -> ModelInfo | None:
+        """The model ``name``, or None when no repository holds it (looked up once per name)."""
+        if name not in self._cache and name not in self._missing:
+            if any((path / name / "config.pbtxt").exists() for path in self.paths):
+                return self.get(name)
+            self._missing.add(name)
+        return self._cache.get(name)
 
 
 def add_tensors(config: mc.ModelConfig, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> dict[str, mc.ModelOutput]:

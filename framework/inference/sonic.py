@@ -110,7 +110,12 @@ class SonicClient(InferenceClient):
         return cls(pool, allowed_tries=config.allowed_tries)
 
     def model_info(self, model: str) -> ModelInfo:
-        return self.pool.model_info(model)
+        """The server's config of the model, with the local repository's entry of it for its labels
+        (the pool uses only servers whose checksums match the local entry's)."""
+        info = self.pool.model_info(model)
+        if info.local is None and self.pool.repository is not None:
+            info.local = self.pool.repository.find(model)
+        return info
 
     def infer(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> Future:
         info = self.model_info(model)

@@ -3,8 +3,8 @@
 The ensemble ``exatrkx_pipeline`` chains, inside the server, the embedding, graph building
 (python model), filter, edge selection (python model), GNN and labeling (python model); the event
 sends its hit features once and gets back a track label per hit. Per-stage times are then the
-server's (``sonic bench exatrkx`` reads them from Triton's statistics). An ensemble exists only on
-a server, so this module needs ``services.inference.mode: sonic``.
+server's (``sonic bench exatrkx`` reads them from Triton's statistics). An ensemble runs only on a
+server: the inference client refuses it otherwise, and the job stops before its first event.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...framework import InputTag, Output, Param
-from ...framework.errors import ConfigError
+from ...framework.errors import ConfigError, InferenceError
 from ...framework.inference import InferenceProducer
 
 
@@ -24,11 +24,11 @@ class ExaTrkXEnsemble(InferenceProducer):
     labels = Output("int64 [hits]: track candidate of each hit, -1 for none")
 
     def begin_job(self):
-        client = self.client
-        if client.mode == "direct":
-            raise ConfigError(f"module '{self.label}' sends the event to the Triton ensemble {self.model!r}, which runs "
-                              f"only on a server: set services.inference.mode=sonic (--inference sonic), or use the "
-                              f"per-stage modules (tracks.labels=labeling:labels)", key="services.inference.mode")
+        try:
+            self.client.check_runnable(self.model)
+        except InferenceError as err:
+            raise ConfigError(f"module '{self.label}': {err}; or use the per-stage modules "
+                              f"(tracks.labels=labeling:labels)", key="services.inference.mode") from None
 
     def acquire(self, event):
         features = event.get(self.features)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...framework import InputTag, Output, Param, Producer
 from ...framework.inference import InferenceProducer
+from ...framework.inference.producer import UsesModel
 from . import working_point
 from .edge_selection import select_edges
 from .features import FEATURES, HIT_FIELDS, hit_features
@@ -27,15 +28,15 @@ from .graph_building import radius_graph
 from .labeling import label_tracks
 
 
-class _WorkingPointMixin:
-    """Reads a stage's working point from its repository entry once per job (overrides from parameters)."""
+class _WorkingPointMixin(UsesModel, abstract=True):
+    """Reads a stage's working point from its repository entry's parameters once per job (overrides
+    from parameters); the inference client gives them the same way in every mode."""
 
     stage = ""
 
     def load_working_point(self, model: str, overrides: dict[str, Any]) -> dict[str, Any]:
-        config = self.service("inference").client.model_info(model).config
         try:
-            return working_point.read(self.stage, model, config, overrides)
+            return working_point.read(self.stage, model, self.model_info(model).parameters, overrides)
         except Exception as err:
             err.add_note(f"while reading the working point of module '{self.label}'")
             raise
@@ -80,7 +81,6 @@ class ExaTrkXGraphBuilding(_WorkingPointMixin, Producer):
     """Radius graph in the embedding space (scipy cKDTree), at most k_max neighbours per hit."""
 
     stage = "graph_building"
-    requires = ("inference",)
     embedding = InputTag("embedding:embedding", doc="hit embedding (ExaTrkXEmbedding)")
     model = Param(str, "exatrkx_graph_building", doc="repository entry holding the working point (radius, k_max)")
     radius = Param(Optional[float], None, doc="search radius; default: the model's parameter")
@@ -138,7 +138,6 @@ class ExaTrkXLabeling(_WorkingPointMixin, Producer):
     """Track candidates as connected components of the edges the GNN keeps (scipy.sparse.csgraph)."""
 
     stage = "labeling"
-    requires = ("inference",)
     features = InputTag("features:features", doc="hit features (for the number of hits)")
     edges = InputTag("filter:edge_index", doc="the edges the GNN scored")
     score = InputTag("gnn:score", doc="their GNN scores (ExaTrkXGNN)")

@@ -23,7 +23,10 @@ DECLARED: dict[str, dict[str, type]] = {
 
 
 def config_parameters(config: Any) -> dict[str, str]:
-    """``{name: string value}`` from a ``ModelConfig`` protobuf or the JSON dict Triton gives a python model."""
+    """``{name: string value}`` from a ``ModelConfig`` protobuf, the JSON dict Triton gives a python model,
+    or parameters already in that form (``ModelInfo.parameters``)."""
+    if isinstance(config, Mapping) and all(isinstance(value, str) for value in config.values()):
+        return dict(config)
     if isinstance(config, Mapping):
         return {name: value["string_value"] for name, value in config.get("parameters", {}).items()}
     return {name: value.string_value for name, value in config.parameters.items()}

@@ -8,8 +8,7 @@ from collections.abc import Iterable
 import awkward as ak
 import numpy as np
 
-from ...framework.inference.repository import ModelInfo, ModelRepository
-from ...framework.inference.service import resolve_repository
+from ...framework.inference.repository import ModelInfo
 
 
 def columns(records: ak.Array | None, names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -28,15 +27,10 @@ def columns(records: ak.Array | None, names: Iterable[str]) -> dict[str, np.ndar
     return out
 
 
-def model_labels(module, info: ModelInfo, output: str) -> list[str]:
-    """The class names of ``output``: the model's labels file, read from the job's local repository when
-    the model information came from a server (Triton does not send label files); ``class<i>`` if none."""
+def model_labels(info: ModelInfo, output: str) -> list[str]:
+    """The class names of ``output``: the model's labels (the inference client gives them the same way
+    in every mode), or ``class<i>`` when the model has no labels file."""
     labels = info.labels.get(output)
-    if not labels:
-        paths = [resolve_repository(p) for p in module.service("inference").settings.repository]
-        repository = ModelRepository(paths) if paths else None
-        if repository is not None and info.name in repository.names():
-            labels = repository.get(info.name).labels.get(output)
     if labels:
         return list(labels)
     spec = next(s for s in info.outputs if s.name == output)

@@ -58,7 +58,7 @@ class ParticleNetTagger(InferenceProducer):
                               f"has exactly one (the class probabilities)", key=f"modules.{self.label}.model")
         self._output = info.outputs[0].name
         n_classes = info.outputs[0].dims[-1]
-        labels = list(self.classes) or model_labels(self, info, self._output)
+        labels = list(self.classes) or model_labels(info, self._output)
         if len(labels) != n_classes:
             raise ConfigError(f"model {self.model!r} has {n_classes} classes but {len(labels)} names were found "
                               f"({labels}); give them with 'classes'", key=f"modules.{self.label}.classes")
