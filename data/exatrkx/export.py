@@ -33,13 +33,13 @@ FEATURES_SPEC = TensorSpec("features", "FP32", (-1, F))
 EDGES_SPEC = TensorSpec("edge_index", "INT64", (2, -1))
 SCORE_SPEC = TensorSpec("score", "FP32", (-1,))
 
-#: python stage models: (class in sonic_hep.modules.exatrkx.serving, inputs, outputs)
+#: python stage models: (stage function in sonic_hep.modules.exatrkx.ensemble_stages, inputs, outputs)
 PYTHON_MODELS: dict[str, tuple[str, list[TensorSpec], list[TensorSpec]]] = {
-    "exatrkx_graph_building": ("GraphBuildingModel", [TensorSpec("embedding", "FP32", (-1, 8))],
+    "exatrkx_graph_building": ("graph_building", [TensorSpec("embedding", "FP32", (-1, 8))],
                                [EDGES_SPEC, TensorSpec("num_hits", "INT64", (1,))]),
-    "exatrkx_edge_selection": ("EdgeSelectionModel", [EDGES_SPEC, SCORE_SPEC],
+    "exatrkx_edge_selection": ("edge_selection", [EDGES_SPEC, SCORE_SPEC],
                                [TensorSpec("kept_edge_index", "INT64", (2, -1))]),
-    "exatrkx_labeling": ("LabelingModel", [TensorSpec("num_hits", "INT64", (1,)), EDGES_SPEC, SCORE_SPEC],
+    "exatrkx_labeling": ("labeling", [TensorSpec("num_hits", "INT64", (1,)), EDGES_SPEC, SCORE_SPEC],
                          [TensorSpec("labels", "INT64", (-1,))]),
 }
 
@@ -60,8 +60,9 @@ ENSEMBLE_OUTPUTS = [TensorSpec("labels", "INT64", (-1,))]
 
 
 def write_python_model(repository: Path, name: str, parameters: dict[str, Any]) -> Path:
-    """A python-backend entry whose ``model.py`` is the stage class of :mod:`sonic_hep.modules.exatrkx.serving`."""
-    cls, inputs, outputs = PYTHON_MODELS[name]
+    """A python-backend entry whose ``model.py`` runs a stage of :mod:`sonic_hep.modules.exatrkx.ensemble_stages`
+    through the generic glue :mod:`sonic_hep.framework.inference.backends.python_stage`."""
+    stage, inputs, outputs = PYTHON_MODELS[name]
     config = mc.ModelConfig(name=name, backend="python", max_batch_size=0)
     add_tensors(config, inputs, outputs)
     for key, value in parameters.items():
@@ -71,7 +72,9 @@ def write_python_model(repository: Path, name: str, parameters: dict[str, Any]) 
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.py").write_text(
         f'"""Triton python model {name}: the stage function of sonic_hep.modules.exatrkx, run on the server."""\n\n'
-        f"from sonic_hep.modules.exatrkx.serving import {cls} as TritonPythonModel  # noqa: F401\n")
+        f"from sonic_hep.framework.inference.backends.python_stage import stage_model\n"
+        f"from sonic_hep.modules.exatrkx.ensemble_stages import {stage}\n\n"
+        f"TritonPythonModel = stage_model({stage})\n")
     (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
     return model_dir
 
