@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +108,16 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 def resolve_repository(path: str) -> str:
     """A repository path as given if it exists, else relative to the project (so ``data/models/miniaod``
-    in a shipped configuration works from any working directory)."""
+    in a shipped configuration works from any working directory). ``$NAME`` / ``${NAME}`` are taken from the
+    environment, so a shipped configuration can name a model folder only the user has (``miniaod_cms``)."""
+    expanded = os.path.expandvars(path)
+    unset = re.search(r"\$\{?(\w+)", expanded)
+    if unset:
+        name = unset.group(1)
+        raise ConfigError(f"{path!r} needs the environment variable {name}: export {name}=DIR (a Triton model "
+                          f"repository), or replace the list with -p 'services.inference.repository=[DIR, ...]'",
+                          key="services.inference.repository")
+    path = expanded
     if os.path.isabs(path) or os.path.exists(path):
         return path
     candidate = PROJECT_ROOT / path

@@ -53,8 +53,9 @@ def test_project_models_sonic_equals_direct(sonic_cli, small_file, tmp_path):
 
 
 @pytest.mark.shared
-def test_cms_models_plug_in_by_config_sonic_equals_direct(sonic_cli, small_file, tmp_path):
+def test_cms_models_plug_in_by_config_sonic_equals_direct(sonic_cli, small_file, tmp_path, monkeypatch):
     shared_path("real", "cms-models", "particlenet_AK4")
+    monkeypatch.setenv("SONIC_HEP_CMS_MODELS", str(shared_path("real", "cms-models")))  # miniaod_cms reads it
     direct, sonic = run_both(sonic_cli, "miniaod_cms", small_file, tmp_path)
     cms_ak4 = ("b", "bb", "c", "cc", "uds", "g", "undef", "pu")
     probs = np.stack([direct[f"JetPNet_{c}"] for c in cms_ak4])
