@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from ...framework.extras import MissingDependency, require
 from ...modules.exatrkx.edge_selection import select_edges
 from ...modules.exatrkx.graph_building import radius_graph
 from ...modules.exatrkx.labeling import label_tracks
@@ -101,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph-efficiency", type=float, default=0.99)
     parser.add_argument("--filter-efficiency", type=float, default=0.99)
     args = parser.parse_args(argv)
+    try:
+        torch = require("torch", "training the Exa.TrkX models")
+    except MissingDependency as err:
+        parser.exit(1, f"{parser.prog}: error: {err}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-
-    import torch
 
     from .models import EmbeddingNet, FilterNet, InteractionGNN, export_onnx
     from .training import predict, train_embedding, train_filter, train_gnn

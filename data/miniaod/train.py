@@ -1,6 +1,6 @@
 """Train the MiniAOD models on generated events, export them to ONNX, write the Triton repository.
 
-Needs the optional ``train`` extra (``pip install torch==2.13.0``); running the models needs only
+Needs the optional ``train`` extra (``pip install 'sonic-hep[train]'``); running the models needs only
 onnxruntime. Three steps, which can run on different machines (``fit`` needs only PyTorch and numpy)::
 
     sonic data generate miniaod --events 3000 --process ttbar --seed 101 --output ttbar.root   # and qcd,
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...framework.extras import MissingDependency, require
 from . import fitting
 from .samples import AK4_LABELS, AK8_LABELS, TAU_BLOCKS, TAU_GRID_NAMES, TAU_GRIDS, TAU_LABELS, JetSample, \
     MetSample, TauSample
@@ -39,13 +40,8 @@ TAU_INPUTS = ("input_tau", *TAU_GRID_NAMES)
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        from ...framework.errors import SonicError
-
-        raise SonicError("training needs PyTorch: pip install 'sonic-hep[train]' (torch==2.13.0)") from None
-    return torch
+    """torch, imported only for training (running the models needs onnxruntime alone)."""
+    return require("torch", "training the MiniAOD models")
 
 
 def log(text: str) -> None:
@@ -197,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--models: unknown {unknown}; use {sorted(MODEL_NAMES)}")
     epochs = {k: int(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
     cache, weights = Path(args.cache), Path(args.weights or args.cache)
+    if args.step != "prepare":
+        try:
+            _torch()
+        except MissingDependency as err:
+            parser.exit(1, f"{parser.prog}: error: {err}\n")
     if args.step in ("prepare", "all"):
         if not args.files:
             parser.error("prepare needs --files")

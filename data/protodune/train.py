@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ...framework.extras import MissingDependency, require
 from ...modules.protodune.metrics import classification_metrics
 from .dataset import Labelled, simulate
 from .export import MODELS, NAME, export
@@ -144,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--michel-repeat", type=int, default=2, help="times each Michel hit appears in training")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
-    import torch
+    try:
+        torch = require("torch", "training EmTrkMichelId")
+    except MissingDependency as err:
+        parser.exit(1, f"{parser.prog}: error: {err}\n")
 
     torch.set_num_threads(args.threads)
     small = Simulation.preset("small")
