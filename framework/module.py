@@ -65,7 +65,6 @@ class Module(abc.ABC):
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._abstract = abstract
         if abstract or cls.__name__.startswith("_"):
             return
         previous = _REGISTRY.get(cls.__name__)

@@ -28,9 +28,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-PLANE_NAMES = ("U", "V", "Z")
-
-
 @dataclass(frozen=True)
 class Geometry:
     """Detector and readout parameters.

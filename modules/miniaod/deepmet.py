@@ -21,8 +21,7 @@ from ...framework.inference import InferenceProducer
 from .columns import columns
 
 FIELDS = ("pt", "eta", "phi", "mass", "charge", "pdgId", "dxy", "dz", "puppiWeight", "fromPV")
-#: CMS's embeddings (DeepMETHelp.h): charge and pdgId → category index
-CHARGE_CATEGORIES = {-1: 0, 0: 1, 1: 2}
+#: CMS's embeddings (DeepMETHelp.h): pdgId → category index (charge c is category c + 1, see below)
 PDGID_CATEGORIES = {-211: 0, -13: 1, -11: 2, 0: 3, 1: 4, 2: 5, 11: 6, 13: 7, 22: 8, 130: 9, 211: 10}
 INPUTS = ("input", "input_cat0", "input_cat1", "input_cat2")
 

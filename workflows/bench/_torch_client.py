@@ -10,7 +10,6 @@ device (requests queue in order, as on one CUDA stream).
 from __future__ import annotations
 
 import importlib.util
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -59,7 +58,6 @@ class TorchDirectClient(InferenceClient):
         self.net(torch.zeros((8, 48, 48, 1), dtype=torch.uint8, device=self.device))
         self.counters = Counters()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="torch-direct")
-        self._lock = threading.Lock()
 
     def model_info(self, model: str) -> ModelInfo:
         return self.info

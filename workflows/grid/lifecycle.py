@@ -19,7 +19,10 @@ from typing import Literal
 
 State = Literal["new", "pending", "running", "done", "failed"]
 BatchState = Literal["pending", "running", "ended", "unknown"]
-Reported = Literal["none", "running", "done", "failed"]
+#: the state a job writes in its record (``records.JobRecord.state``)
+RecordState = Literal["running", "done", "failed"]
+#: what :func:`resolve` is told of a job: its record's state, or "none" while it has written no record
+Reported = Literal["none", RecordState]
 
 STATES: tuple[State, ...] = ("new", "pending", "running", "done", "failed")
 

@@ -18,11 +18,10 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .errors import GridError
-
-Reported = Literal["running", "done", "failed"]
+from .lifecycle import RecordState
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
@@ -94,7 +93,7 @@ class JobReport:
     """
 
     attempt: int
-    state: Reported
+    state: RecordState
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     batch_id: str | None = None
