@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import uproot
 
+from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.connection import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
@@ -96,3 +97,23 @@ def test_bench_prints_the_three_columns(server, sonic_cli, events_file, tmp_path
     for stage in ("embedding", "graph building", "filtering", "GNN", "labeling"):
         assert f"| {stage} |" in table
     assert "SONIC per stage: yes, SONIC ensemble (server): yes" in table
+
+
+def test_model_metadata_from_the_server_equals_the_repository_entry(server):
+    """Parameters (the working point) come from the server's config; what the modules read is the same
+    in both modes, and an ensemble is refused only in direct mode."""
+    repository = ModelRepository([REPOSITORY])
+    direct = DirectClient(repository)
+    client = SonicClient(ServerPool([ServerSpec.parse(server.grpc_url)], repository=repository, fallback=False))
+    try:
+        for stage in working_point.DECLARED:
+            name = f"exatrkx_{stage}"
+            remote = client.model_info(name)
+            assert remote.path is None and remote.local is not None  # the server's config, the local entry beside it
+            assert remote.parameters == direct.model_info(name).parameters and remote.parameters
+        client.check_runnable("exatrkx_pipeline")
+        with pytest.raises(InferenceError, match=r"model 'exatrkx_pipeline' is an ensemble.*services.inference.mode=sonic"):
+            direct.check_runnable("exatrkx_pipeline")
+    finally:
+        client.close()
+        direct.close()

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import uproot
 
+from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import SonicError
+from sonic_hep.framework.inference.fake import FakeClient, constant, use_client
+from sonic_hep.framework.inference.repository import ModelRepository
+from sonic_hep.framework.process import Process
 
 from .conftest import run_config
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("override, message", [
@@ -43,3 +52,33 @@ def test_describe_lists_parameters(sonic_cli):
     result = sonic_cli("describe", "ParticleNetTagger", check=True)
     for word in ("preprocess", "discriminants", "classes", "JetPFCands", "scores"):
         assert word in result.stdout
+
+
+#: what the fake client answers for each model, one row (the same for every jet, τ or event)
+CANNED = {"miniaod_particlenet_ak4": {"softmax": [0.5, 0.125, 0.125, 0.125, 0.125]},
+          "miniaod_particlenet_ak8": {"softmax": [0.25, 0.25, 0.5]},
+          "miniaod_deepmet": {"output": [0.0, 0.0]},
+          "miniaod_deeptau": {"main_output": [0.25, 0.25, 0.25, 0.25]}}
+
+
+def test_producers_name_scores_by_the_labels_the_client_gives_without_any_server(small_file, tmp_path):
+    """The four producers through the scheduler on the fake client: the scores are its answers, named
+    by the labels of the model information the client returns (as in direct and SONIC mode)."""
+    repository = ModelRepository([str(PROJECT / "data" / "models" / "miniaod")])
+    client = FakeClient()
+    for model, row in CANNED.items():
+        client.add(repository.get(model), constant({name: np.float32(value) for name, value in row.items()}))
+    config = cfgmod.load("miniaod", [f"source.files=['{small_file}']", f"output.file='{tmp_path / 'out.root'}'",
+                                     "options.progress=false", "source.max_events=6"])
+    process = Process(config)
+    use_client(process, client)
+    result = process.run(progress=False)
+    assert set(client.calls) == set(CANNED)
+    with uproot.open(result.output) as file:
+        tree = file["Events"]
+        for label, value in zip(("b", "c", "uds", "g", "pu"), CANNED["miniaod_particlenet_ak4"]["softmax"]):
+            jets = np.concatenate(tree[f"JetPNet_{label}"].array(library="np"))
+            assert len(jets) > 0 and np.all(jets == np.float32(value)), label
+        for label, value in zip(("Top", "W", "QCD"), CANNED["miniaod_particlenet_ak8"]["softmax"]):
+            assert np.all(np.concatenate(tree[f"FatJetPNet_{label}"].array(library="np")) == np.float32(value)), label
+        assert np.all(np.concatenate(tree["JetPNet_BvsAll"].array(library="np")) == np.float32(0.5))
