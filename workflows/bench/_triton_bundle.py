@@ -1,16 +1,15 @@
-"""Carries the pip ``tritonserver`` to a machine that cannot install it (the GPU machine: no network).
+"""Carries the pip ``tritonserver`` to a machine that cannot install it (no network; ``offline_run.sh``).
 
-The ``nvidia-pytriton`` wheel with its libraries is ~145 MB; a machine that receives at most a
-64 MiB working tree gets only the server part, xz-compressed to ~27 MB: ``tritonserver``, its bundled
-libraries (without the unneeded ``libpython3.13``), the python backend and the stub of one Python
-version. :func:`unpack` lays it out as the wheel does (``<site>/pytriton/tritonserver``,
-``<site>/nvidia_pytriton.libs``) with an empty ``pytriton/__init__.py``, so that
+The ``nvidia-pytriton`` wheel with its libraries is ~145 MB; the bundle holds only the server part,
+xz-compressed to ~27 MB: ``tritonserver``, its bundled libraries (without the unneeded ``libpython3.13``),
+the python backend and the stub of one Python version. :func:`unpack` lays it out as the wheel does
+(``<site>/pytriton/tritonserver``, ``<site>/nvidia_pytriton.libs``) with an empty ``pytriton/__init__.py``, so that
 ``framework.inference.triton_install.find_install`` finds it once ``<site>`` is on ``PYTHONPATH``.
 
 ::
 
-    python -m sonic_hep.workflows.bench._triton_bundle pack .whl/tritonserver-pip-py312.tar.xz --python 3.12
-    python -m sonic_hep.workflows.bench._triton_bundle unpack .whl/tritonserver-pip-py312.tar.xz /tmp/site
+    python -m sonic_hep.workflows.bench._triton_bundle pack offline/tritonserver-py312.tar.xz --python 3.12
+    python -m sonic_hep.workflows.bench._triton_bundle unpack offline/tritonserver-py312.tar.xz /tmp/site
 """
 
 from __future__ import annotations
