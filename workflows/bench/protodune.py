@@ -16,12 +16,12 @@ Modes: ``direct-cpu`` (onnxruntime in-process, ``--threads``), ``direct-gpu`` (t
 torch model in-process, fp16), ``sonic-cpu`` (local Triton, onnxruntime backend), ``sonic-gpu`` (local
 Triton serving ``data/models/protodune_gpu``: torch on KIND_GPU, patches in system shared memory).
 
-From the measured times it derives, as the seeds did, the **CPU jobs one GPU serves**
-(``(other reconstruction + preprocessing + SONIC module) / GPU time per event``; ``--other-reco-s``
-defaults to 172 s: the seeds' 68 jobs per T4 × 2.7 s of T4 time per event make 184 s per job event,
-of which 12 s were their SONIC module) and the
-**network-limited job count** (``link ÷ (bits per event ÷ job seconds)``, the seeds' 100 Gb/s ÷
-4.1 Gb × 25 s ≈ 600), for uint8 patches and for the float32 patches the seeds sent.
+From the measured times it derives, as the ProtoDUNE SONIC paper (Wang et al., 2021) did, the **CPU jobs one
+GPU serves** (``(other reconstruction + preprocessing + SONIC module) / GPU time per event``; ``--other-reco-s``
+defaults to 172 s: the paper's 68 jobs per T4 × 2.7 s of T4 time per event make 184 s per job event,
+of which 12 s were its SONIC module) and the
+**network-limited job count** (``link ÷ (bits per event ÷ job seconds)``, the paper's 100 Gb/s ÷
+4.1 Gb × 25 s ≈ 600), for uint8 patches and for the float32 patches the paper sent.
 
 Results go to ``--out``: ``protodune.md``, ``protodune.json``, ``protodune.png``.
 
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=21, help="generator seed (not one used in training)")
     parser.add_argument("--modes", default="direct-cpu,sonic-cpu", help=f"comma-separated, from {', '.join(MODES)}")
     parser.add_argument("--cpu-events", type=int, default=2, help="events timed for CPU modes (slow), warm-up included")
-    parser.add_argument("--batch-size", type=int, default=1693, help="patches per request (seeds: 235, 1693)")
+    parser.add_argument("--batch-size", type=int, default=1693, help="patches per request (the ProtoDUNE SONIC paper used 235 and 1693)")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="onnxruntime threads (direct CPU, CPU server)")
     parser.add_argument("--torch-device", default="cuda:0",
@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--saturation", type=int, default=4, help="parallel event loops for server throughput (0: skip)")
     parser.add_argument("--job-events", type=int, default=2, help="events of the whole-job timing (0: skip)")
     parser.add_argument("--other-reco-s", type=float, default=172.0,
-                        help="seconds per event of the rest of a reconstruction job (seeds: 68 jobs per T4 "
+                        help="seconds per event of the rest of a reconstruction job (ProtoDUNE SONIC paper: 68 jobs per T4 "
                              "x 2.7 s of T4 per event = 184 s per job event, minus their 12 s module)")
     parser.add_argument("--job-seconds", type=float, default=25.0, help="job seconds per event in the network estimate")
     parser.add_argument("--link-gbps", type=float, default=100.0, help="network link of the server (Gb/s)")
@@ -255,17 +255,17 @@ def markdown(report: dict[str, Any]) -> str:
     d = report["derived"]
     lines += ["", "Derived:", "",
               f"- patches per event: {d['patch_gbit_per_event_uint8']:.2f} Gb as uint8 "
-              f"({d['patch_gbit_per_event_float32']:.2f} Gb as float32, the seeds' 4.1 Gb)",
+              f"({d['patch_gbit_per_event_float32']:.2f} Gb as float32; the ProtoDUNE SONIC paper sent 4.1 Gb)",
               f"- network-limited jobs on {args['link_gbps']:.0f} Gb/s at {args['job_seconds']:.0f} s/event: "
               f"{d['network_limited_jobs_uint8']:.0f} with uint8 patches, {d['network_limited_jobs_float32']:.0f} "
-              f"with float32 (seeds: ~600)"]
+              f"with float32 (paper: ~600)"]
     if "sonic_over_direct_gpu" in d:
         lines.append(f"- SONIC GPU / direct GPU ML module time: {d['sonic_over_direct_gpu']:.2f}")
     for mode in ("sonic-gpu", "sonic-cpu"):
         if f"{mode}_jobs_per_server" in d:
             lines.append(f"- {mode}: server time {d[f'{mode}_server_s_per_event']:.3f} s/event at saturation → "
                          f"{d[f'{mode}_jobs_per_server']:.0f} jobs per server (jobs of {args['other_reco_s']:.0f} s "
-                         f"other reconstruction + preprocessing + SONIC module; seeds: 68 per T4)")
+                         f"other reconstruction + preprocessing + SONIC module; paper: 68 per T4)")
     return "\n".join(lines) + "\n"
 
 
