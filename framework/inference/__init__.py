@@ -13,7 +13,10 @@ One idea per file:
 * ``server.py`` — a managed ``tritonserver`` process; ``triton_install.py`` — the pip server's files
   and backend directory; ``runtime_repository.py`` — what a server loads (checksums verified);
   ``backends/onnxruntime/`` — the python-based backend serving ``onnxruntime_onnx`` models;
-* ``repository.py`` — Triton model repositories; ``onnx_specs.py`` — specs read from ONNX files.
+  ``backends/python_stage.py`` — Triton python models running a workflow's stage function;
+* ``repository.py`` — Triton model repositories (and the metadata modules read: labels, parameters);
+  ``onnx_specs.py`` — specs read from ONNX files;
+* ``fake.py`` — a fake client and fake servers for tests (models as python functions, scripted failures).
 """
 
 import os
