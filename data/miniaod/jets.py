@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import awkward as ak
 import numpy as np
 
+from ...framework.extras import require
 from .detector import PFCandidates
 
 
@@ -39,7 +40,7 @@ class Jets:
 @functools.cache
 def _silence_banner() -> None:
     """FastJet prints a banner on its first clustering; print it once into /dev/null."""
-    import fastjet._swig as swig
+    swig = require("fastjet._swig", "the MiniAOD generator's jet clustering")
 
     saved = os.dup(1)
     try:
@@ -54,8 +55,7 @@ def _silence_banner() -> None:
 def cluster(cands: PFCandidates, n_events: int, selected: np.ndarray, weights: np.ndarray | None, radius: float,
             min_pt: float) -> Jets:
     """Anti-kT jets of the ``selected`` candidates (four-momenta times ``weights`` if given)."""
-    import fastjet
-
+    fastjet = require("fastjet", "the MiniAOD generator's jet clustering")
     _silence_banner()
     scale = np.ones(cands.pt.size) if weights is None else weights
     ok = selected & np.isfinite(cands.pt) & (cands.pt * scale > 0) & np.isfinite(cands.eta) & np.isfinite(cands.phi)

@@ -85,3 +85,12 @@ def test_condor_executor_without_bindings_names_the_grid_extra(without):
     executor = CondorExecutor.__new__(CondorExecutor)  # submit() needs the bindings before anything else
     with pytest.raises(SubmitError, match=r"^the condor executor needs htcondor>=24\.0 .*sonic-hep\[grid\]'$"):
         executor.submit([0], None)
+
+
+def test_jet_clustering_without_fastjet_names_the_generators_extra(without):
+    from sonic_hep.data.miniaod.jets import cluster
+
+    without("fastjet")
+    with pytest.raises(extras.MissingDependency, match=r"^the MiniAOD generator's jet clustering needs fastjet>=3\.4 "
+                                                       r".*pip install 'sonic-hep\[generators\]'$"):
+        cluster(None, 0, None, None, 0.4, 0.0)  # the import comes before any argument is used
