@@ -153,3 +153,28 @@ def test_protodune_gpu_model_failure(pb_utils):
     assert_one_error_each([mixed[1]], "emtrkmichelid", 1)
     for response in (mixed[0], mixed[2]):
         assert response.error is None and response.output_tensors[0].value.shape == (2, 3)
+
+
+class RefusedTensor(FakeTensor):
+    """A tensor the stub will not hand to numpy (e.g. a type numpy lacks): ``as_numpy`` raises."""
+
+    def as_numpy(self) -> np.ndarray:
+        raise RuntimeError("tensor dtype is not supported in numpy")
+
+
+def test_onnxruntime_backend_nothing_escapes_execute(pb_utils):
+    """An exception out of execute fails every request of the execution with the stub's one generic
+    message; a request the backend cannot read fails alone, with its own error naming model and input."""
+    entry = PROJECT / "data" / "models" / "miniaod" / "miniaod_deepmet"
+    info = ModelRepository([entry.parent]).get("miniaod_deepmet")
+    model = load(ONNX_BACKEND, "_onnx_backend_model").TritonPythonModel()
+    model.initialize(args(entry, info.config_dict))
+    good = {name: np.zeros((1, 4500, d), np.float32)
+            for name, d in (("input", 8), ("input_cat0", 1), ("input_cat1", 1), ("input_cat2", 1))}
+    refused = FakeRequest(**good)
+    refused.tensors[1] = RefusedTensor("input_cat0", good["input_cat0"])
+    responses = model.execute([FakeRequest(**good), refused, FakeRequest(**good)])
+    assert_one_error_each([responses[1]], "miniaod_deepmet", 1)
+    assert "input 'input_cat0' cannot be read" in responses[1].error.message()
+    for response in (responses[0], responses[2]):
+        assert response.error is None and response.output_tensors[0].value.shape == (1, 2)

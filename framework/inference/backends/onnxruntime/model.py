@@ -58,13 +58,18 @@ class TritonPythonModel:
         self.session = open_session(path, self.config, providers, intra_op_threads=threads)
 
     def execute(self, requests: list) -> list:
-        """Runs the requests Triton batched together; one response per request, in order."""
+        """Runs the requests Triton batched together; one response per request, in order.
+
+        Nothing escapes: an exception out of ``execute`` makes the stub fail *every* request of the
+        execution with one generic message (not naming the culprit), so valid requests batched with a
+        bad one would fail too. Each failure becomes its own request's error response instead.
+        """
         responses: list = [None] * len(requests)
         groups: dict[tuple, list[tuple[int, dict[str, np.ndarray]]]] = {}
         for index, request in enumerate(requests):
             try:
                 arrays = {name: self._input(request, name) for name in self.input_names}
-            except ValueError as err:
+            except ValueError as err:  # _input says which model and input
                 responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err)))
                 continue
             wanted = tuple(request.requested_output_names() or self.output_types)
@@ -84,7 +89,10 @@ class TritonPythonModel:
                     responses[index] = self._alone(list(wanted), arrays)
                 continue
             for (index, _), values in zip(members, outputs):
-                responses[index] = self._response(wanted, values)
+                try:
+                    responses[index] = self._response(wanted, values)
+                except Exception as err:  # noqa: BLE001 - see execute's docstring
+                    responses[index] = self._failure(err)
         return responses
 
     def _alone(self, wanted: list[str], arrays: dict[str, np.ndarray]):
@@ -113,6 +121,9 @@ class TritonPythonModel:
             return to_numpy(tensor)
         except ValueError as err:
             raise ValueError(f"model {self.name!r}: {err}") from None
+        except Exception as err:  # noqa: BLE001 - the stub may refuse a tensor (a type numpy lacks)
+            detail = f"{type(err).__name__}: {err}"
+            raise ValueError(f"model {self.name!r}: input {name!r} cannot be read: {detail}") from None
 
     def _run(self, wanted: list[str], members: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """One onnxruntime call for all ``members`` (concatenated on the batch axis); outputs per member."""
