@@ -28,7 +28,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -38,6 +38,9 @@ from ..services import Service
 from .client import Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, split_requests
 from .repository import ModelInfo, TensorSpec, add_tensors
 from .triton_errors import RequestError, action_for
+
+if TYPE_CHECKING:
+    from .servers import ServerPool
 
 #: one request's computation: input arrays by name → output arrays by name (batch dimension first
 #: when the model has one)
@@ -208,10 +211,10 @@ class FakeServer:
         self.closed = True
 
 
-def fake_pool(*servers: FakeServer, **options: Any) -> Any:
+def fake_pool(*servers: FakeServer, **options: Any) -> ServerPool:
     """A :class:`~.servers.ServerPool` of ``servers`` (no fallback, no background refresh), each with its
     models in rotation and already verified; the first is preferred while it is in rotation."""
-    from .servers import ServerPool, ServerState
+    from .servers import ServerPool, ServerState  # gRPC only where a pool is made
 
     pool = ServerPool([], fallback=False, refresh_s=1e9, **options)
     pool.states = [ServerState(server, models=dict.fromkeys(server.models, "1"),
