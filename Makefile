@@ -4,17 +4,23 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# torch is only needed to retrain models; take it when this machine has the local CPU wheel (never a CUDA download)
+# torch is only needed to retrain models: installed when this machine has a local CPU wheel (never a CUDA download)
 TORCH_WHEEL = $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 
 .PHONY: demo test install install-test system-deps bench clean
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+# benchmark results go to a git-ignored folder (build/), never beside the sources
+BENCH_OUT ?= build/bench
 
+$(BIN)/python:
+	@echo "== [1/2] creating the virtual environment $(VENV)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+# not quiet: the first install downloads and builds for minutes, pip's lines show it is moving
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[generators]'
+	@echo "== [2/2] installing sonic-hep and its generators extra into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip install -e '.[generators]'
 
 install-test: $(BIN)/python system-deps $(VENV)-numpy2/bin/python
 	$(BIN)/python -m pip install -q -e '.[all]'
@@ -31,13 +37,15 @@ system-deps:
 	./.ci/system-deps
 
 demo: install
+	@echo "== installed; running the demo"
 	$(BIN)/sonic demo
 
 test: install-test
 	$(BIN)/python -m pytest -q -ra --durations=25
 
 bench: install
-	$(BIN)/sonic bench framework --out bench/framework
+	$(BIN)/sonic bench framework --out $(BENCH_OUT)/framework
+	@echo "== results in $(BENCH_OUT)/framework"
 
 clean:
 	rm -rf $(VENV) $(VENV)-numpy2 *.egg-info .pytest_cache

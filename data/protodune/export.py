@@ -9,7 +9,7 @@
 
 Both entries have the same name, inputs and outputs, so a configuration switches between them by
 ``services.inference.repository`` alone. Dynamic batching is on; ``max_batch_size`` is 1693, the
-larger of the seeds' batch sizes (235 and 1693): a producer sending 1693-patch requests gets one
+larger of the ProtoDUNE SONIC paper's batch sizes (235 and 1693): a producer sending 1693-patch requests gets one
 execution per request, one sending 235 gets several requests merged per execution.
 """
 

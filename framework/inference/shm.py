@@ -2,7 +2,7 @@
 
 With a local server, putting inputs (and fixed-size outputs) in a POSIX shared memory region that the
 server has registered replaces serialising, sending and parsing the bytes by one memcpy each way;
-for large tensors this is the main lever (see ../shared/README.md: 2.2 → 0.45 s per ProtoDUNE event).
+for large tensors this is the main lever (measured: 2.2 → 0.45 s per ProtoDUNE event).
 
 A :class:`SharedMemoryPool` belongs to one server connection. Each request borrows one region big
 enough for all its tensors and gives it back when its response is read; regions are registered with

@@ -1,8 +1,8 @@
 """EmTrkMichelId: track / EM shower / none / Michel scores for every hit, from its patch.
 
 The most expensive module of ProtoDUNE reconstruction (≈ 55k patches per event). The event's
-patches are cut into requests of ``batch_size`` (235 and 1693 in the seeds) that are all sent at
-once and awaited together (one ``gather``): with SONIC they are in flight on the server together,
+patches are cut into requests of ``batch_size`` (235 and 1693 in the ProtoDUNE SONIC paper) that are all
+sent at once and awaited together (one ``gather``): with SONIC they are in flight on the server together,
 in direct mode they queue for the onnxruntime workers. The module never knows which mode runs.
 """
 
@@ -21,7 +21,7 @@ class EmTrkMichelId(InferenceProducer):
 
     patches = InputTag("patches:patches", doc="uint8 patches [n_hits, 48, 48, 1] (HitPatches)")
     model = Param(str, "emtrkmichelid", doc="model name in the model repository")
-    batch_size = Param(int, 1693, doc="patches per inference request (the seeds used 235 and 1693)", min=1)
+    batch_size = Param(int, 1693, doc="patches per inference request (the ProtoDUNE SONIC paper used 235 and 1693)", min=1)
 
     scores = Output("per hit: track, em, none (softmax of em_trk_none) and michel (sigmoid), float32")
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import uproot
@@ -57,3 +59,17 @@ def test_unusable_reports_are_named(tmp_path):
         measure([tmp_path / "empty.json"])
     with pytest.raises(GridError, match="no done job"):
         measure([tmp_path])
+
+
+def test_a_shipped_repository_is_found_from_any_directory(tmp_path):
+    """``--repository data/models/demo`` names the shipped repository, as configurations do, outside the checkout."""
+    timing = tmp_path / "timing.json"
+    cfg = cfgmod.load(PROJECT / "configs" / "demo_inference.yaml",
+                      ["source.events=10", f"output.file={tmp_path / 'out.root'}", "options.streams=1",
+                       "options.threads=1"])
+    Process(cfg).run(timing_json=str(timing), progress=False)
+    result = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "plan", str(timing),
+                             "--repository", "data/models/demo"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "rows per event x bytes per row of demo_mlp" in result.stdout

@@ -1,11 +1,13 @@
-"""``sonic plan``: from measured timing, how many CPU jobs one inference server feeds (the seeds' 68:1)
-and how many jobs a network link carries before it saturates (the seeds' ~600 on 100 Gb/s).
+"""``sonic plan``: from measured timing, how many CPU jobs one inference server feeds (68:1 in the
+ProtoDUNE SONIC paper) and how many jobs a network link carries before it saturates (~600 on 100 Gb/s in the
+Exa.TrkX-as-a-service estimates).
 
 Give timing reports of the workflow's jobs (``sonic run --timing-json``, or task directories). The
 server's compute time per event comes from Triton's statistics in a SONIC run's report, or from a
 report of direct inference on the server's device (``--server-timing``), or ``--server-ms-per-event``.
 Bytes per event come from the inference report's byte counters, or from the measured rows per
-event and the models' shapes (``--repository``), or ``--bytes-per-event``.
+event and the models' shapes (``--repository``; a shipped repository such as ``data/models/miniaod`` is found from
+any working directory), or ``--bytes-per-event``.
 
 Example::
 
@@ -18,6 +20,7 @@ import argparse
 import json
 import sys
 
+from ...framework.inference.service import resolve_repository
 from ..grid.errors import GridError
 from ..grid.plan import bytes_from_repository, measure, plan, report
 
@@ -69,7 +72,9 @@ def main(args: argparse.Namespace) -> int:
     elif job is not None and job.bytes_per_event:
         bytes_per_event, sources["B"] = job.bytes_per_event, "job reports: inference byte counters"
     elif job is not None and args.repository and job.rows_per_event:
-        bytes_per_event, notes = bytes_from_repository(job.rows_per_event, args.repository)
+        # relative paths that do not exist here name the shipped repositories, as in the configurations
+        repositories = [resolve_repository(path) for path in args.repository]
+        bytes_per_event, notes = bytes_from_repository(job.rows_per_event, repositories)
         sources["B"] = "rows per event x bytes per row of " + ", ".join(job.rows_per_event)
         for note in notes:
             print(f"sonic: note: {note}", file=sys.stderr)
