@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import tempfile
 import time
 
@@ -74,6 +75,7 @@ def write(path: str, directory: str, events: int, chunk: int = 100) -> None:
                                field_name=lambda outer, inner: f"{outer}_{inner}",
                                counter_name=lambda counted: f"n{counted}")
                 out["Events"].extend(columns)
+                print(f"wrote events {start + 1}-{start + len(block)} of {events}", file=sys.stderr, flush=True)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -92,6 +94,8 @@ def generate(path: str | os.PathLike, events: int, seed: int = 1, gun: GunConfig
         raise SimulationError(f"output directory {directory!r} does not exist")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="exatrkx-acts-") as scratch:
+        # progress on stderr: ACTS runs the events in one call, then the conversion goes chunk by chunk
+        print(f"simulating {events} events with ACTS Fatras ({threads} thread(s))", file=sys.stderr, flush=True)
         simulate(events, scratch, gun, seed=seed, detector=detector, threads=threads)
         simulated = time.perf_counter()
         write(path, scratch, events)

@@ -24,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 import time
 
 import awkward as ak
@@ -91,8 +92,10 @@ def generate(path: str | os.PathLike, events: int, scale: str = "full", seed: in
                     tree = file.mktree("Events", {k: (v.dtype if isinstance(v, np.ndarray) else v.type.content)
                                                   for k, v in arrays.items()})
                 tree.extend(arrays)
-                log.info("events %d-%d: %.1f s, %d hits", numbers[0], numbers[-1], time.perf_counter() - start,
-                         sum(len(e["Hit"]["wire"]) for e in batch))
+                # a line per basket on stderr: a full-scale event takes seconds, the user sees it moving
+                print(f"events {numbers[0]}-{numbers[-1]} of {first_event}-{first_event + events - 1}: "
+                      f"{time.perf_counter() - start:.1f} s, {sum(len(e['Hit']['wire']) for e in batch)} hits",
+                      file=sys.stderr, flush=True)
             file["protodune_simulation"] = json.dumps({"scale": scale, "seed": seed, "first_event": first_event,
                                                       **sim.settings()})
         os.replace(tmp, path)
