@@ -54,6 +54,8 @@ def test_config_after_input_files(tmp_path, sonic_cli):
         missing = sonic_cli("run", *args, cwd=tmp_path)
         assert missing.returncode == 2 and missing.stderr.count("\n") == 1
         assert missing.stderr.startswith("sonic run: error: the following arguments are required: config")
+    usage = sonic_cli("run", "--help", check=True).stdout.split("\n\n")[0]
+    assert usage.split()[-1] == "config"  # shown as required, not [config]
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -33,6 +33,16 @@ from ...framework.process import Interrupted, software_version
 AfterParse = typing.Callable[["Parser", argparse.Namespace], None]
 
 
+class _ShowsRequired(argparse.HelpFormatter):
+    """Shows a positional that argparse must treat as optional (``nargs="?"``) but that a check after parsing
+    requires (``shown_required``) without brackets: ``sonic run ... config``, not ``[config]``."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if getattr(action, "shown_required", False):
+            return self._metavar_formatter(action, default_metavar)(1)[0]
+        return super()._format_args(action, default_metavar)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a one-line error (``sonic run: error: argument -n: ...``) instead of usage + error, and
     checks that run once this parser's arguments are parsed (:attr:`after_parse`), so a sub-command can fix
@@ -42,6 +52,7 @@ class Parser(argparse.ArgumentParser):
         if kwargs.get("description"):  # the sub-commands' docstrings: a user reads the help, not reST
             kwargs["description"] = plain(kwargs["description"])
         super().__init__(*args, **kwargs)
+        self.formatter_class = type(self.formatter_class.__name__, (_ShowsRequired, self.formatter_class), {})
         self.after_parse: list[AfterParse] = []
 
     def parse_known_args(self, args: typing.Sequence[str] | None = None,  # type: ignore[override]

@@ -25,7 +25,8 @@ def add_process_arguments(parser: argparse.ArgumentParser) -> None:
     if checks is None:
         parser.add_argument("config", help=help_text)
     else:
-        parser.add_argument("config", nargs="?", help=help_text)
+        config = parser.add_argument("config", nargs="?", help=help_text)
+        config.shown_required = True  # type: ignore[attr-defined] - config_after_inputs requires it
         checks.append(config_after_inputs)
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override any setting: module.param=value, source.max_events=10, "
