@@ -14,6 +14,9 @@ How it works (a task-based design, like CMSSW's TBB scheduler in miniature):
   is identical whatever S and T are.
 * The first exception stops the run: it is re-raised in the main thread as a
   :class:`~sonic_hep.framework.errors.ModuleError` naming the module label, phase and event.
+
+The per-event bookkeeping (which module is ready, the reorder buffer) lives in ``inflight.py`` and is
+tested without threads; this file owns only the threads, the queues and the calls into modules.
 """
 
 from __future__ import annotations
@@ -21,34 +24,58 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from .errors import ConfigError, ModuleError
 from .event import Chunk, Event, EventView
 from .futures import as_future
 from .graph import ModuleGraph
+from .inflight import EventProgress, Flight, Plan
 from .module import Analyzer, ExternalWork, Filter, Module, Producer
 from .timing import Timing
 
-_PRODUCER, _FILTER, _ANALYZER, _EXTERNAL = range(4)
+
+@dataclass(frozen=True)
+class Kind:
+    """How the scheduler calls one kind of module."""
+
+    #: the method called when the module's inputs are ready
+    method: str
+    #: the phase its time is booked under, and named in a :class:`ModuleError`
+    phase: str
+    #: the method returns whether the event passes
+    filters: bool = False
+    #: the method returns an awaitable; ``produce(view, result)`` follows when it is done
+    external: bool = False
 
 
-class _EventState:
-    """Book-keeping of one event in flight."""
+#: every module kind, in the order they are tried (``isinstance``): the one table of the scheduler's calls
+KINDS: tuple[tuple[type[Module], Kind], ...] = (
+    (ExternalWork, Kind("acquire", "acquire", external=True)),
+    (Filter, Kind("filter", "run", filters=True)),
+    (Analyzer, Kind("analyze", "run")),
+    (Producer, Kind("produce", "run")),
+)
 
-    __slots__ = ("event", "remaining", "pending", "lock", "skip", "passed", "acquired_at")
 
-    def __init__(self, event: Event, deps: list[int]):
-        self.event = event
-        self.remaining = list(deps)
-        self.pending = len(deps)
-        self.lock = threading.Lock()
-        self.skip: set[int] = set()
-        self.passed = True
-        self.acquired_at: dict[int, float] = {}
+def kind_of(module: Module) -> Kind:
+    """The row of :data:`KINDS` for ``module``."""
+    for cls, kind in KINDS:
+        if isinstance(module, cls):
+            return kind
+    raise TypeError(f"module '{module.label}' is of no known kind ({type(module).__mro__})")
+
+
+class _Task(NamedTuple):
+    """One entry of the ready queue: run module ``module`` of ``progress``'s event."""
+
+    progress: EventProgress
+    module: int
+    #: the finished external work whose result ``produce`` gets; None: the module's first call
+    result: Future | None = None
 
 
 class Scheduler:
@@ -64,36 +91,20 @@ class Scheduler:
 
     def __init__(self, graph: ModuleGraph, streams: list[dict[str, Module]], threads: int, timing: Timing,
                  seed: int = 0):
-        self.order = list(graph.order)
-        index = {label: i for i, label in enumerate(self.order)}
-        self.deps = [len(graph.upstream(label)) for label in self.order]
-        self.dependents = [[index[d] for d in graph.downstream(label)] for label in self.order]
-        self.roots = [i for i, n in enumerate(self.deps) if n == 0]
-        self.skips = {index[f]: frozenset(index[d] for d in desc) for f, desc in graph.filter_descendants.items()}
+        self.plan = Plan.from_graph(graph)
+        self.order = list(self.plan.order)
         self.instances = [[stream[label] for label in self.order] for stream in streams]
         first = self.instances[0] if self.instances else []
-        self.kinds = [self._kind(m) for m in first]
+        self.kinds = [kind_of(m) for m in first]
         self.consumes = [frozenset(m.consumes()) for m in first]
         self.optional = [frozenset(k for k, tag in m.inputs().items() if tag.optional) for m in first]
         self.threads = threads
         self.timing = timing
         self.seed = seed
-        self._ready: queue.SimpleQueue = queue.SimpleQueue()
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._ready: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()  # None: a worker's signal to exit
+        self._done: queue.SimpleQueue[EventProgress | None] = queue.SimpleQueue()  # None: a worker failed
         self._failure: BaseException | None = None
         self._stopping = False
-
-    @staticmethod
-    def _kind(module: Module) -> int:
-        if isinstance(module, ExternalWork):
-            return _EXTERNAL
-        if isinstance(module, Filter):
-            return _FILTER
-        if isinstance(module, Analyzer):
-            return _ANALYZER
-        if isinstance(module, Producer):
-            return _PRODUCER
-        raise TypeError(f"module '{module.label}' is of no known kind ({type(module).__mro__})")
 
     # -- worker side ----------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -103,7 +114,7 @@ class Scheduler:
             if task is None:
                 return
             try:
-                self._execute(*task)
+                self._execute(task)
             except BaseException as err:  # noqa: BLE001 - everything reaches the main thread
                 self._fail(err)
 
@@ -113,14 +124,15 @@ class Scheduler:
         self._stopping = True
         self._done.put(None)
 
-    def _execute(self, st: _EventState, i: int, fut: Future | None) -> None:
-        """Runs module ``i`` for one event, then the modules it made ready, inline, as long as there are any.
+    def _execute(self, task: _Task) -> None:
+        """Runs one module for one event, then the modules it made ready, inline, as long as there are any.
 
         Clocks are read once per module boundary (the end of one call is the start of the next): reading
         the thread CPU clock is a system call, the largest single cost of a module call.
         """
         perf, cpu = time.perf_counter, time.thread_time
         timing = self.timing
+        st, i, fut = task
         t0, c0 = perf(), cpu()
         while not self._stopping:
             module = self.instances[st.event.stream][i]
@@ -130,28 +142,21 @@ class Scheduler:
             elif fut is None:
                 view = EventView(st.event, module, self.consumes[i], self.optional[i])
                 try:
-                    if kind == _PRODUCER:
-                        module.produce(view)
-                    elif kind == _FILTER:
-                        if not module.filter(view):
-                            st.passed = False
-                            st.skip |= self.skips[i]
-                    elif kind == _ANALYZER:
-                        module.analyze(view)
-                    else:
-                        result = module.acquire(view)
+                    outcome = getattr(module, kind.method)(view)
                 except Exception as err:
-                    raise self._error(module, st, "acquire" if kind == _EXTERNAL else "run", err) from err
+                    raise self._error(module, st, kind.phase, err) from err
                 t1, c1 = perf(), cpu()
-                timing.add(i, "acquire" if kind == _EXTERNAL else "run", t1 - t0, c1 - c0)
+                timing.add(i, kind.phase, t1 - t0, c1 - c0)
                 t0, c0 = t1, c1
-                if kind == _EXTERNAL:
-                    pending = as_future(result)
+                if kind.filters and not outcome:
+                    st.reject(i)
+                elif kind.external:
+                    pending = as_future(outcome)
                     if pending is not None:
                         st.acquired_at[i] = t1
-                        pending.add_done_callback(lambda f, st=st, i=i: self._ready.put((st, i, f)))
+                        pending.add_done_callback(lambda f, st=st, i=i: self._ready.put(_Task(st, i, f)))
                         return
-                    t0, c0 = self._produce(module, st, i, result, t0, c0)
+                    t0, c0 = self._produce(module, st, i, outcome, t0, c0)
             else:
                 timing.add(i, "wait", t0 - st.acquired_at.pop(i), 0.0)
                 try:
@@ -159,14 +164,17 @@ class Scheduler:
                 except Exception as err:
                     raise self._error(module, st, "external work", err) from err
                 t0, c0 = self._produce(module, st, i, result, t0, c0)
-            ready = self._finish(st, i)
+            ready, complete = st.finish(i)
+            if complete:
+                self._done.put(st)
             if not ready:
                 return
             for j in ready[1:]:
-                self._ready.put((st, j, None))
+                self._ready.put(_Task(st, j))
             i, fut = ready[0], None
 
-    def _produce(self, module: Any, st: _EventState, i: int, result: Any, t0: float, c0: float) -> tuple[float, float]:
+    def _produce(self, module: Any, st: EventProgress, i: int, result: Any, t0: float,
+                 c0: float) -> tuple[float, float]:
         view = EventView(st.event, module, self.consumes[i], self.optional[i])
         try:
             module.produce(view, result)
@@ -177,22 +185,8 @@ class Scheduler:
         return t1, c1
 
     @staticmethod
-    def _error(module: Module, st: _EventState, phase: str, err: Exception) -> ModuleError:
+    def _error(module: Module, st: EventProgress, phase: str, err: Exception) -> ModuleError:
         return ModuleError(module.label, str(st.event.id), phase, err)  # the message names module, phase, event
-
-    def _finish(self, st: _EventState, i: int) -> list[int]:
-        ready = []
-        with st.lock:
-            remaining = st.remaining
-            for j in self.dependents[i]:
-                remaining[j] -= 1
-                if remaining[j] == 0:
-                    ready.append(j)
-            st.pending -= 1
-            done = st.pending == 0
-        if done:
-            self._done.put(st)
-        return ready
 
     # -- main-thread side ----------------------------------------------------------------------------
     def _start_workers(self) -> list[threading.Thread]:
@@ -222,40 +216,29 @@ class Scheduler:
                     emit(Event(chunk, i, 0, self.seed), True)
                     processed += 1
             return processed
-        n_streams = len(self.instances)
         workers = self._start_workers()
-        free = deque(range(n_streams))
-        buffer: dict[int, _EventState] = {}
-        state = {"next": None, "in_flight": 0, "processed": 0}
+        flight: Flight[EventProgress] = Flight(len(self.instances))
 
         def collect() -> None:
             st = self._done.get()  # interruptible by SIGINT; a failing worker puts None to wake us
             if st is None or self._failure is not None:
                 raise self._failure or RuntimeError("scheduler stopped without a recorded failure")
-            free.append(st.event.stream)
-            state["in_flight"] -= 1
-            buffer[st.event.index] = st
-            while state["next"] in buffer:
-                done = buffer.pop(state["next"])
+            for done in flight.done(st.event.index, st.event.stream, st):
                 emit(done.event, done.passed)
-                state["processed"] += 1
-                state["next"] += 1
 
+        roots = self.plan.roots
         try:
             for chunk in chunks:
-                if state["next"] is None:
-                    state["next"] = chunk.first_index
                 for i in range(chunk.length):
-                    while not free:
+                    while not flight.can_start():
                         collect()
-                    stream = free.popleft()
-                    st = _EventState(Event(chunk, i, stream, self.seed), self.deps)
-                    state["in_flight"] += 1
-                    for r in self.roots:
-                        self._ready.put((st, r, None))
+                    stream = flight.start(chunk.first_index + i)
+                    st = EventProgress(Event(chunk, i, stream, self.seed), self.plan)
+                    for r in roots:
+                        self._ready.put(_Task(st, r))
                     if self._failure is not None:
                         raise self._failure
-            while state["in_flight"]:
+            while flight.in_flight:
                 collect()
         except BaseException:
             self._stopping = True
@@ -265,4 +248,4 @@ class Scheduler:
                 self._ready.put(None)
             for worker in workers:
                 worker.join(timeout=10 if self._stopping else None)
-        return state["processed"]
+        return flight.processed

@@ -136,3 +136,29 @@ def test_a_refused_worker_thread_names_options_threads(tmp_path, monkeypatch):
              "options": {"threads": 8}})
     monkeypatch.undo()
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_every_module_kind_has_one_row_of_the_dispatch_table():
+    """The scheduler calls each kind through ``KINDS``: external work before the plain kinds."""
+    from sonic_hep.framework.module import Analyzer
+    from sonic_hep.framework.scheduler import Kind, kind_of
+
+    class _Histo(Analyzer):
+        def analyze(self, event):
+            pass
+
+    assert kind_of(tm.TWait("w", tm.TWait.validate_params({}))) == Kind("acquire", "acquire", external=True)
+    assert kind_of(tm.TEvenFilter("f", {})) == Kind("filter", "run", filters=True)
+    assert kind_of(_Histo("h", {})) == Kind("analyze", "run")
+    assert kind_of(tm.TAdd("a", tm.TAdd.validate_params({}))) == Kind("produce", "run")
+
+
+def test_a_module_of_no_known_kind_is_refused_by_name():
+    from sonic_hep.framework.module import Module
+    from sonic_hep.framework.scheduler import kind_of
+
+    class _Neither(Module):
+        pass
+
+    with pytest.raises(TypeError, match="module 'odd' is of no known kind"):
+        kind_of(_Neither("odd", {}))
