@@ -63,6 +63,7 @@ def test_config_after_input_files(tmp_path, sonic_cli):
     ("see :class:`~sonic_hep.framework.errors.ExitCode`", "see ExitCode"),
     ("see :mod:`.working_point` and :func:`the helper <a.b.c>`", "see working_point and the helper"),
     ("*weighted* and **summed**, 3 * 4 = a*b*c", "weighted and summed, 3 * 4 = a*b*c"),
+    ("Follow with ``sonic status\nDIR``.", "Follow with sonic status\nDIR."),  # wrapped in the docstring
 ])
 def test_plain_removes_rest_markup(text, expected):
     assert plain(text) == expected

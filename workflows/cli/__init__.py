@@ -102,7 +102,7 @@ def one_line(text: str) -> str:
 
 
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :class:`~a.B`, :mod:`text <target>`
-_LITERAL = re.compile(r"``(.+?)``")
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)  # a literal may wrap in the docstring
 _EMPHASIS = re.compile(r"(?<![\w*])\*{1,2}(?=\S)([^*]+?)(?<=\S)\*{1,2}(?![\w*])")
 
 
