@@ -50,7 +50,11 @@ def test_config_after_input_files(tmp_path, sonic_cli):
               check=True)
     with uproot.open(tmp_path / "out.root") as out:
         assert out["Events"].num_entries == 65  # both files read, the YAML taken as the configuration
-    for args in (("-i", *inputs), ("-i", inputs[0]), ()):  # a .root file is an input, never the configuration
+    shipped = sonic_cli("run", "-i", inputs[0], "demo_inference", "-n", "0", "--no-progress", cwd=tmp_path)
+    assert "required: config" not in shipped.stderr  # a shipped configuration's name is recognised
+    file_list = tmp_path / "files.txt"
+    file_list.write_text("a.root\n")
+    for args in (("-i", *inputs), ("-i", inputs[0], file_list), ("-i", inputs[0]), ()):  # inputs, not configurations
         missing = sonic_cli("run", *args, cwd=tmp_path)
         assert missing.returncode == 2 and missing.stderr.count("\n") == 1
         assert missing.stderr.startswith("sonic run: error: the following arguments are required: config")

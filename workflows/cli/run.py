@@ -36,14 +36,20 @@ def add_process_arguments(parser: argparse.ArgumentParser) -> None:
 def config_after_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """CONFIG written after ``--input`` files (``sonic run -i a.root b.root miniaod``) is the last word of the
     list, which argparse hands to ``--input`` (it takes one or more words): it becomes CONFIG again, as with
-    ``cp a b DIR``. A last word that names a ROOT file is an input, and CONFIG is still missing."""
+    ``cp a b DIR``, when it reads as one (a ``.yaml``/``.yml`` file or a shipped configuration's name); an
+    input (``f.root``, ``files.txt``, a glob) stays an input, and CONFIG is missing."""
     if args.config is not None:
         return
     inputs = getattr(args, "input", None) or []
-    if len(inputs) > 1 and not inputs[-1].endswith(".root"):
+    if len(inputs) > 1 and _is_config(inputs[-1]):
         args.config = inputs.pop()
     if args.config is None:
         parser.error("the following arguments are required: config")
+
+
+def _is_config(word: str) -> bool:
+    """A YAML file, or the name of a shipped configuration (``miniaod``)."""
+    return word.lower().endswith((".yaml", ".yml")) or cfgmod.resolve_config_path(word) != word
 
 
 def overrides_from(args: argparse.Namespace) -> list[str]:
