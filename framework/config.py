@@ -19,9 +19,7 @@ so they are checked exactly like the file.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, did_you_mean
-from .params import coerce
+from .settings import Problem, build, limits
 
 
 COMMAND_LINE = "<command line>"
@@ -138,10 +136,10 @@ class SourceConfig:
     type: str = "root"
     files: list[str] = field(default_factory=list)
     tree: str = "Events"
-    first_entry: int = 0
-    max_events: int = -1
-    chunk_size: int = 1000
-    events: int = 0
+    first_entry: int = field(default=0, metadata=limits(min=0))
+    max_events: int = field(default=-1, metadata=limits(min=-1, hint=" (-1 means all events)"))
+    chunk_size: int = field(default=1000, metadata=limits(min=1))
+    events: int = field(default=0, metadata=limits(min=0))
 
 
 @dataclass
@@ -153,15 +151,15 @@ class OutputConfig:
     tree: str = "Events"
     products: list[str] = field(default_factory=lambda: ["*"])
     compression: str = "zstd:4"
-    chunk_size: int = 1000
+    chunk_size: int = field(default=1000, metadata=limits(min=1))
 
 
 @dataclass
 class Options:
     """How the job runs: events in flight (streams), worker threads, random seed, progress bar."""
 
-    streams: int = 1
-    threads: int = 1
+    streams: int = field(default=1, metadata=limits(min=1, max=MAX_STREAMS))
+    threads: int = field(default=1, metadata=limits(min=1, max=MAX_THREADS))
     seed: int = 1
     progress: bool = True
 
@@ -220,42 +218,15 @@ def _line(mapping: Any, key: Any) -> int | None:
 
 
 def _section(data: dict, name: str, cls: type, file: str | None) -> Any:
+    """Section ``name`` of the configuration as ``cls``; a problem names the file, line and ``name.key``."""
     raw = data.get(name) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"must be a mapping, not {type(raw).__name__}", key=name, **origin(data, name, file))
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for key, value in raw.items():
-        if key not in fields:
-            raise ConfigError(f"unknown key{did_you_mean(str(key), fields)}; known: {sorted(fields)}",
-                              key=f"{name}.{key}", **origin(raw, key, file))
-        try:
-            values[key] = coerce(value, hints[key])
-        except TypeError as err:
-            raise ConfigError(str(err), key=f"{name}.{key}", **origin(raw, key, file)) from None
-    return cls(**values)
 
+    def error(problem: Problem) -> ConfigError:
+        return ConfigError(problem.message, key=f"{name}.{problem.key}", **origin(raw, problem.raw_key, file))
 
-def _check_ranges(data: dict, source: SourceConfig, output: OutputConfig, options: Options, file: str | None) -> None:
-    """Numbers whose type is right but whose value cannot be meant (negative ranges, absurd thread counts)."""
-    checks = (
-        ("options", "streams", options.streams, 1, MAX_STREAMS),
-        ("options", "threads", options.threads, 1, MAX_THREADS),
-        ("source", "chunk_size", source.chunk_size, 1, None),
-        ("output", "chunk_size", output.chunk_size, 1, None),
-        ("source", "first_entry", source.first_entry, 0, None),
-        ("source", "max_events", source.max_events, -1, None),
-        ("source", "events", source.events, 0, None),
-    )
-    for section, key, value, low, high in checks:
-        raw = data.get(section) or {}
-        where = origin(raw, key, file)
-        if value < low:
-            hint = " (-1 means all events)" if key == "max_events" else ""
-            raise ConfigError(f"must be at least {low}, got {value}{hint}", key=f"{section}.{key}", **where)
-        if high is not None and value > high:
-            raise ConfigError(f"must be at most {high}, got {value}", key=f"{section}.{key}", **where)
+    return build(cls, raw, error=error)
 
 
 def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -> dict:
@@ -346,7 +317,6 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     if source.type not in ("root", "empty"):
         raise ConfigError(f"unknown source type {source.type!r}; use 'root' or 'empty'",
                           key="source.type", **origin(data.get("source") or {}, "type", file))
-    _check_ranges(data, source, output, options, file)
     name = str(data.get("process") or (Path(file).stem if file else "process"))
     service_origins = {str(svc): {".": origin(services, svc, file), **{str(k): origin(spec, k, file) for k in spec}}
                        for svc, spec in services.items()}

@@ -28,18 +28,15 @@ Module code is the same in both modes; only this section (or ``--inference``) ch
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import re
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, did_you_mean
-from ..params import coerce
 from ..services import Service
+from ..settings import Problem, build, limits
 from .client import InferenceClient
 from .repository import ModelRepository
 
@@ -48,59 +45,46 @@ from .repository import ModelRepository
 class InferenceConfig:
     """Validated ``services.inference`` settings (see the module docstring)."""
 
-    mode: str = "direct"
+    mode: str = field(default="direct", metadata=limits(choices=("direct", "sonic")))
     repository: list[str] = field(default_factory=list)
-    device: str = "cpu"
-    workers: int = 2
+    device: str = field(default="cpu", metadata=limits(choices=("cpu", "gpu", "auto")))
+    workers: int = field(default=2, metadata=limits(min=1))
     intra_op_threads: int = 1
     inter_op_threads: int = 1
     servers: list[Any] = field(default_factory=list)
     fallback: bool = True
     fallback_server: dict[str, Any] = field(default_factory=dict)
-    timeout_s: float = 60.0
-    allowed_tries: int = 3
-    breaker_threshold: int = 3
-    breaker_backoff_s: float = 1.0
-    breaker_max_backoff_s: float = 30.0
-    compression: str = "none"
-    shared_memory: str = "auto"
+    timeout_s: float = field(default=60.0, metadata=limits(positive="seconds"))
+    allowed_tries: int = field(default=3, metadata=limits(min=1))
+    breaker_threshold: int = field(default=3, metadata=limits(min=1))
+    breaker_backoff_s: float = field(default=1.0, metadata=limits(positive="seconds"))
+    breaker_max_backoff_s: float = field(default=30.0, metadata=limits(positive="seconds"))
+    compression: str = field(default="none", metadata=limits(choices=("none", "gzip", "deflate")))
+    shared_memory: str = field(default="auto", metadata=limits(choices=("auto", "on", "off")))
     model_versions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> InferenceConfig:
-        hints = typing.get_type_hints(cls)
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {}
-        for key, value in raw.items():
-            if key not in names:
-                raise ConfigError(f"unknown key{did_you_mean(key, names)}; known: {sorted(names)}",
-                                  key=f"services.inference.{key}")
-            if key == "repository" and isinstance(value, str):
-                value = [value]
-            try:
-                values[key] = coerce(value, hints[key])
-            except TypeError as err:
-                raise ConfigError(str(err), key=f"services.inference.{key}") from None
-        config = cls(**values)
-        known_server_options = {"ort_threads", "python", "device", "startup_timeout", "log_verbose", "workdir", "env",
-                                "models", "host", "backends"}
+        """``services.inference`` checked (keys, types, bounds); a problem names ``services.inference.<key>``
+        (the process adds the file and line it came from)."""
+        def error(problem: Problem) -> ConfigError:
+            return ConfigError(problem.message, key=f"services.inference.{problem.key}")
+
+        def prepare(key: str, value: Any, tp: Any) -> Any:
+            return [value] if key == "repository" and isinstance(value, str) else value  # one folder as a list
+
+        config = build(cls, raw, error=error, prepare=prepare)
         for key in config.fallback_server:
-            if key not in known_server_options:
-                raise ConfigError(f"unknown fallback server option{did_you_mean(key, known_server_options)}; "
-                                  f"known: {sorted(known_server_options)}", key=f"services.inference.fallback_server.{key}")
-        seconds = ("timeout_s", "breaker_backoff_s", "breaker_max_backoff_s")  # > 0; counts: at least 1
-        for key in (*seconds, "allowed_tries", "workers", "breaker_threshold"):
-            value = getattr(config, key)
-            if key in seconds and (not math.isfinite(value) or value <= 0):
-                raise ConfigError(f"must be a positive number of seconds, got {value}", key=f"services.inference.{key}")
-            if key not in seconds and value < 1:
-                raise ConfigError(f"must be at least 1, got {value}", key=f"services.inference.{key}")
-        for key, allowed in (("mode", ("direct", "sonic")), ("device", ("cpu", "gpu", "auto")),
-                             ("compression", ("none", "gzip", "deflate")), ("shared_memory", ("auto", "on", "off"))):
-            if getattr(config, key) not in allowed:
-                raise ConfigError(f"{getattr(config, key)!r} is not one of {list(allowed)}",
-                                  key=f"services.inference.{key}")
+            if key not in FALLBACK_SERVER_OPTIONS:
+                raise ConfigError(f"unknown fallback server option{did_you_mean(key, FALLBACK_SERVER_OPTIONS)}; "
+                                  f"known: {sorted(FALLBACK_SERVER_OPTIONS)}",
+                                  key=f"services.inference.fallback_server.{key}")
         return config
+
+
+#: the options of ``fallback_server`` (passed on to the local server it starts)
+FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python", "device", "startup_timeout", "log_verbose", "workdir",
+                                     "env", "models", "host", "backends"})
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -22,14 +22,13 @@ import abc
 import dataclasses
 import shlex
 import subprocess
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import yaml
 
 from ....framework.errors import did_you_mean
-from ....framework.params import coerce
+from ....framework.settings import Problem, build
 from ..errors import GridError, SubmitError
 from ..lifecycle import BatchStatus
 from ..task import Task
@@ -99,24 +98,22 @@ def names() -> list[str]:
 
 
 def parse_options(executor: Executor | type[Executor], raw: dict[str, Any]) -> Any:
-    """``raw`` (strings from ``-E key=value``, or values from task.json) → the executor's Options."""
-    cls = executor.Options
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for key, value in raw.items():
-        key = key.replace("-", "_")
-        if key not in fields:
-            known = ", ".join(fields) or "none"
-            raise GridError(f"executor {executor.name!r} has no option {key!r}{did_you_mean(key, fields)}; "
-                            f"its options: {known}")
-        if isinstance(value, str) and hints[key] is not str:
-            value = yaml.safe_load(value)
-        try:
-            values[key] = coerce(value, hints[key])
-        except TypeError as err:
-            raise GridError(f"executor {executor.name!r} option {key!r}: {err}") from None
-    return cls(**values)
+    """``raw`` (strings from ``-E key=value``, or values from task.json) → the executor's Options.
+
+    ``cpus-per-task`` is accepted for ``cpus_per_task``; a string where another type is declared is read
+    as YAML (``-E extra=[a, b]``), since everything on the command line is a string.
+    """
+    def error(problem: Problem) -> GridError:
+        if problem.kind == "unknown":
+            return GridError(f"executor {executor.name!r} has no option {problem.key!r}{problem.suggestion}; "
+                             f"its options: {', '.join(problem.known) or 'none'}")
+        return GridError(f"executor {executor.name!r} option {problem.key!r}: {problem.message}")
+
+    def prepare(key: str, value: Any, tp: Any) -> Any:
+        return yaml.safe_load(value) if isinstance(value, str) and tp is not str else value
+
+    return build(executor.Options, raw, error=error, normalize_key=lambda key: str(key).replace("-", "_"),
+                 prepare=prepare)
 
 
 def option_help(cls: type[Executor]) -> str:
