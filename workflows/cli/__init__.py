@@ -3,7 +3,7 @@
 Each module in this package defines ``register(subparsers)``, which adds its sub-command and sets
 ``func`` (called with the parsed arguments, returning an exit code). Whatever goes wrong ends in one
 line on stderr and an exit code of :class:`~sonic_hep.framework.errors.ExitCode`, never a traceback
-(``-v`` shows debug logging and tracebacks):
+(``-v``, before or after the sub-command, shows debug logging and tracebacks; ``--version`` the version):
 
 * a user error (:class:`~sonic_hep.framework.errors.SonicError`, or an ``OSError`` such as a full
   disk or a permission refused) names the culprit; exit 1 (or the error's own ``exit_code``);
