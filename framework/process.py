@@ -77,6 +77,59 @@ def software_version() -> str:
         return "unknown"
 
 
+class _Outputs:
+    """The files one job writes (the ROOT output, the timing JSON), under temporary names until committed.
+
+    ``path`` is the output's final name once it has one: a stop signal that lands after that finds
+    a complete output, and says so.
+    """
+
+    def __init__(self, root: RootOutput | None, report: PendingText | None):
+        self.root = root
+        self.report = report
+        self.path: str | None = None
+
+    def commit(self, timing: Timing) -> None:
+        """Gives every output its final name."""
+        if self.report is not None:
+            self.report.write(timing.to_json())  # content first: a full disk fails before the output is renamed
+        if self.root is not None:
+            self.path = self.root.commit()
+        if self.report is not None:
+            self.report.commit()
+
+    def abort(self) -> None:
+        """Removes whatever the failed job had started writing."""
+        if self.root is not None:
+            self.root.abort()
+        if self.report is not None:
+            self.report.abort()
+
+
+class _Emitter:
+    """Receives the processed events in input order: fills the output with those that passed, counts."""
+
+    def __init__(self, root: RootOutput | None, bar: Any):
+        self.root = root
+        self.bar = bar
+        #: events handed over (the count a stopped job reports)
+        self.emitted = 0
+        #: events that passed every filter
+        self.written = 0
+
+    def __call__(self, event: Any, passed: bool) -> None:
+        self.emitted += 1
+        if self.root is not None and passed:
+            self.root.fill(event)
+        self.written += passed
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 class Process:
     """A validated, ready-to-run job.
 
@@ -206,96 +259,102 @@ class Process:
     def run(self, timing_json: str | None = None, progress: bool | None = None) -> RunResult:
         """Runs the job. The output file appears (atomically) only if every event was processed.
 
+        The job's four steps, each a method: the outputs are opened (:meth:`_open_outputs`), services
+        and modules begin (:meth:`_begin`), events are processed and emitted in input order
+        (:meth:`_process` with an :class:`_Emitter`), then the results are written (:meth:`_finish`);
+        whatever began ends (:meth:`_end`), also when the job fails.
+
         Args:
             timing_json: where to write the timing report as JSON (also ``services.timing.json``).
             progress: show a progress bar (default: ``options.progress`` and stderr is a terminal).
         """
+        outputs = self._open_outputs(timing_json)
+        streams = self._instantiate_streams()
+        timing = Timing([(label, type(m).__name__, type(m).kind) for label, m in self.prototypes.items()])
+        started: list[Any] = []
+        events = 0
+        emitter = _Emitter(outputs.root, self._progress_bar(progress))
+        try:
+            self._begin(streams, started)
+            events = self._process(streams, timing, emitter)
+            self._finish(streams, timing, outputs)
+        except KeyboardInterrupt as stop:
+            outputs.abort()
+            signum = getattr(stop, "signum", signal.SIGINT)
+            how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+            # the signal may land after the output got its name (then it is complete: all events are in it)
+            outcome = "no output was written" if outputs.path is None else f"the output {outputs.path} is complete"
+            raise Interrupted(f"{how} after {emitter.emitted} events; {outcome}", signum) from None
+        except BaseException:
+            outputs.abort()
+            raise
+        finally:
+            emitter.close()
+            self._end(started)
+        return RunResult(events=events, written=emitter.written, output=outputs.path, timing=timing)
+
+    def _open_outputs(self, timing_json: str | None) -> _Outputs:
+        """Checks and creates (under a temporary name) every file the job writes.
+
+        This comes before any server starts or any event is read: a path that cannot be written fails
+        now, not after the job.
+        """
         cfg = self.config
         timing_json = timing_json or cfg.services.get("timing", {}).get("json")
-        # every file the job writes is checked and created (under a temporary name) before any server
-        # starts or any event is read: a path that cannot be written fails now, not after the job
         reserved = self._reserved_files()
         report = PendingText(timing_json, "timing JSON", reserved) if timing_json else None
-        output: RootOutput | None = None
+        root: RootOutput | None = None
         try:
             if cfg.output.file:
                 also = [(report.path, "the timing JSON")] if report is not None else []
-                output = RootOutput(cfg.output, self.output_products, self.output_columns,
-                                    self.source.id_branches, self.metadata(), expected_events=self.source.total,
-                                    inputs=reserved + also)
+                root = RootOutput(cfg.output, self.output_products, self.output_columns,
+                                  self.source.id_branches, self.metadata(), expected_events=self.source.total,
+                                  inputs=reserved + also)
         except BaseException:
             if report is not None:
                 report.abort()
             raise
-        streams = self._instantiate_streams()
+        return _Outputs(root, report)
+
+    def _begin(self, streams: list[dict[str, Module]], started: list[Any]) -> None:
+        """Services, then every module instance, begin the job; each one that did goes on ``started``."""
         unique = list({id(m): m for stream in streams for m in stream.values()}.values())
-        timing = Timing([(label, type(m).__name__, type(m).kind) for label, m in self.prototypes.items()])
-        path: str | None = None
-        started: list[Any] = []
-        events = written = emitted = 0
-        bar = self._progress_bar(progress)
-        try:
-            for service in self.services.values():
-                service.begin_job()
-                started.append(service)
-            for module in unique:
-                module.begin_job()
-                started.append(module)
-            self._check_histograms_are_kept()
+        for service in self.services.values():
+            service.begin_job()
+            started.append(service)
+        for module in unique:
+            module.begin_job()
+            started.append(module)
+        self._check_histograms_are_kept()
 
-            def emit(event: Any, passed: bool) -> None:
-                nonlocal written, emitted
-                emitted += 1
-                if output is not None and passed:
-                    output.fill(event)
-                written += passed
-                if bar is not None:
-                    bar.update(1)
+    def _process(self, streams: list[dict[str, Module]], timing: Timing, emitter: _Emitter) -> int:
+        """Every event of the source through the modules; returns how many were processed."""
+        options = self.config.options
+        scheduler = Scheduler(self.graph, streams, options.threads, timing, options.seed)
+        timing.start = time.perf_counter()
+        events = scheduler.run(self.source.chunks(), emitter)
+        timing.events = events
+        timing.finish()
+        return events
 
-            scheduler = Scheduler(self.graph, streams, cfg.options.threads, timing, cfg.options.seed)
-            timing.start = time.perf_counter()
-            events = scheduler.run(self.source.chunks(), emit)
-            timing.events = events
-            timing.finish()
-            for name, service in self.services.items():
-                section = service.report()
-                if section:
-                    timing.add_section(name, section)
-            if output is not None:
-                self._write_histograms(streams, output)
-            if report is not None:
-                report.write(timing.to_json())  # content first: a full disk fails before the output is renamed
-            if output is not None:
-                path = output.commit()
-            if report is not None:
-                report.commit()
-        except KeyboardInterrupt as stop:
-            self._abort(output, report)
-            signum = getattr(stop, "signum", signal.SIGINT)
-            how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-            # the signal may land after the output got its name (then it is complete: all events are in it)
-            outcome = "no output was written" if path is None else f"the output {path} is complete"
-            raise Interrupted(f"{how} after {emitted} events; {outcome}", signum) from None
-        except BaseException:
-            self._abort(output, report)
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
-            for item in reversed(started):
-                try:
-                    item.end_job()
-                except Exception as err:  # noqa: BLE001 - report, keep closing the rest
-                    log.error("end_job of %s failed: %s", getattr(item, "label", item), err)
-        return RunResult(events=events, written=written, output=path, timing=timing)
+    def _finish(self, streams: list[dict[str, Module]], timing: Timing, outputs: _Outputs) -> None:
+        """The services' reports and the histograms join the outputs, which then get their names."""
+        for name, service in self.services.items():
+            section = service.report()
+            if section:
+                timing.add_section(name, section)
+        if outputs.root is not None:
+            self._write_histograms(streams, outputs.root)
+        outputs.commit(timing)
 
     @staticmethod
-    def _abort(output: RootOutput | None, report: PendingText | None) -> None:
-        """Removes whatever the failed job had started writing."""
-        if output is not None:
-            output.abort()
-        if report is not None:
-            report.abort()
+    def _end(started: list[Any]) -> None:
+        """``end_job`` of everything that began, the last begun first; a failing one does not stop the rest."""
+        for item in reversed(started):
+            try:
+                item.end_job()
+            except Exception as err:  # noqa: BLE001 - report, keep closing the rest
+                log.error("end_job of %s failed: %s", getattr(item, "label", item), err)
 
     def _reserved_files(self) -> list[tuple[str, str]]:
         """Files no output may be: the inputs and the configuration (writing one would destroy it)."""
