@@ -4,7 +4,7 @@ Edges run from the module that produces a key to every module that consumes it. 
 an edge to every module after it in the path, so "the rest of the path" is skipped for rejected
 events deterministically. Modules whose products nobody needs (not consumed, not selected for
 output) are pruned, as CMSSW's unscheduled execution would never run them; filters and analyzers are
-always kept.
+always kept. Pictures of the DAG are drawn by :mod:`.graph_drawing`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import fnmatch
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import networkx as nx
 
@@ -125,51 +124,3 @@ def build(modules: dict[str, Module], path: list[str], output_patterns: list[str
     order = list(nx.lexicographical_topological_sort(g, key=lambda label: position[label]))
     descendants = {label: frozenset(nx.descendants(g, label)) for label in order if isinstance(modules[label], Filter)}
     return ModuleGraph(graph=g, order=order, source_keys=source_keys, pruned=pruned, filter_descendants=descendants)
-
-
-def to_dot(mg: ModuleGraph, modules: dict[str, Module]) -> str:
-    """DOT text of the DAG, source keys as boxes (Graphviz can render it)."""
-    import pydot
-
-    dot = pydot.Dot("process", graph_type="digraph", rankdir="LR")
-    for key in mg.source_keys:
-        dot.add_node(pydot.Node(f'"src:{key}"', label=f'"{key}"', shape="box", style="filled", fillcolor="#e8e8e8"))
-    for label in mg.order:
-        kind = type(modules[label]).kind
-        color = {"external": "#ffd9a0", "filter": "#c6e2ff", "analyzer": "#d4f4d4"}.get(kind, "white")
-        dot.add_node(pydot.Node(label, label=f'"{label}\\n{type(modules[label]).__name__}"', shape="ellipse",
-                                style="filled", fillcolor=color))
-    for key, consumers in mg.source_keys.items():
-        for label in consumers:
-            dot.add_edge(pydot.Edge(f'"src:{key}"', label))
-    for a, b, data in mg.graph.edges(data=True):
-        dot.add_edge(pydot.Edge(a, b, label=f'"{", ".join(data["keys"])}"'))
-    return dot.to_string()
-
-
-def draw_png(mg: ModuleGraph, modules: dict[str, Module], path: str | Path) -> None:
-    """Draws the DAG as a PNG with matplotlib (no Graphviz needed), modules layered by dependency depth."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    g = nx.DiGraph(mg.graph)
-    for key, consumers in mg.source_keys.items():
-        for label in consumers:
-            g.add_edge(f"[{key}]", label)
-    for layer, nodes in enumerate(nx.topological_generations(g)):
-        for node in nodes:
-            g.nodes[node]["layer"] = layer
-    pos = nx.multipartite_layout(g, subset_key="layer")
-    kinds = {label: type(modules[label]).kind for label in mg.order}
-    colors = [{"external": "#ffb347", "filter": "#87cefa", "analyzer": "#90ee90", "producer": "#ffffff"}
-              .get(kinds.get(n, ""), "#dddddd") for n in g.nodes]
-    width = max(6.0, 2.2 * (1 + max(nx.get_node_attributes(g, "layer").values(), default=0)))
-    fig, ax = plt.subplots(figsize=(width, max(4.0, 0.6 * len(g))))
-    nx.draw_networkx(g, pos, ax=ax, node_color=colors, edgecolors="black", node_size=1800, font_size=7,
-                     arrows=True, arrowsize=12)
-    ax.set_axis_off()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

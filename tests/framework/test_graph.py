@@ -60,3 +60,55 @@ def test_output_pattern_matching_nothing_is_an_error(tmp_path):
     with pytest.raises(ConfigError) as err:
         process(tmp_path, {"a": {"type": "TAdd"}}, products=["zz:*"])
     assert "'zz:*' matches no product" in str(err.value)
+
+
+# pictures (framework/graph_drawing.py): the DOT text and the PNG, with Graphviz and without it
+
+def drawing_process(tmp_path):
+    return process(tmp_path, {"a": {"type": "TAdd"}, "f": {"type": "TEvenFilter"},
+                              "b": {"type": "TAdd", "src": "a:value"}})
+
+
+def test_dot_colours_modules_by_kind_with_a_legend(tmp_path):
+    from sonic_hep.framework.graph_drawing import KIND_COLOURS, KIND_NAMES, to_dot
+
+    text = to_dot(drawing_process(tmp_path).graph, drawing_process(tmp_path).prototypes)
+    assert f'fillcolor="{KIND_COLOURS["filter"]}"' in text and f'fillcolor="{KIND_COLOURS["producer"]}"' in text
+    assert "cluster_legend" in text and KIND_NAMES["filter"] in text
+    assert KIND_NAMES["analyzer"] not in text  # the legend lists only the kinds the picture shows
+    assert '"a\\nTAdd"' in text and 'label="a:value"' in text  # label over type; the keys along the edge
+
+
+def test_labels_fit():
+    from sonic_hep.framework.graph_drawing import LABEL_WIDTH, MAX_KEYS_ON_EDGE, _fit, edge_label
+
+    keys = [f"producer:key{n}" for n in range(MAX_KEYS_ON_EDGE + 2)]
+    assert edge_label(keys).split("\n") == [*keys[:MAX_KEYS_ON_EDGE], "+2 more"]
+    wrapped = _fit("a_rather_long_module_label_that_would_widen_its_box")
+    assert max(map(len, wrapped.split("\n"))) <= LABEL_WIDTH
+    assert wrapped.replace("\n", "") == "a_rather_long_module_label_that_would_widen_its_box"
+
+
+def test_png_without_graphviz_is_drawn_by_matplotlib(tmp_path, monkeypatch):
+    import io
+    import shutil
+
+    from sonic_hep.framework import graph_drawing
+
+    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)  # as on a machine without dot
+    p = drawing_process(tmp_path)
+    stream = io.BytesIO()
+    assert graph_drawing.draw_png(p.graph, p.prototypes, stream) == "matplotlib"
+    assert stream.getvalue()[:4] == b"\x89PNG"
+
+
+@pytest.mark.skipif(__import__("shutil").which("dot") is None, reason="Graphviz's dot is not installed")
+def test_png_with_graphviz_is_drawn_by_dot(tmp_path):
+    import io
+
+    from sonic_hep.framework import graph_drawing
+
+    p = drawing_process(tmp_path)
+    stream = io.BytesIO()
+    assert graph_drawing.draw_png(p.graph, p.prototypes, stream) == "Graphviz"
+    assert stream.getvalue()[:4] == b"\x89PNG"

@@ -1,4 +1,9 @@
-"""``sonic graph CONFIG``: the module DAG in execution order, written as DOT and PNG."""
+"""``sonic graph CONFIG``: the module DAG in execution order, written as DOT and PNG.
+
+The PNG is drawn by Graphviz's ``dot`` when it is installed (modules coloured by kind, product keys on
+the edges, a legend); without it, by matplotlib in columns by dependency depth. ``--no-graphviz``
+forces the matplotlib drawing.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from ...framework import config as cfgmod
-from ...framework import graph as dag
+from ...framework import graph_drawing as drawing
 from ...framework.atomic import PendingText
 from ...framework.process import Process
 from .run import add_process_arguments, overrides_from
@@ -17,6 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_process_arguments(parser)
     parser.add_argument("--dot", metavar="FILE", help="DOT output (default: <config name>.dot)")
     parser.add_argument("--png", metavar="FILE", help="PNG output (default: <config name>.png)")
+    parser.add_argument("--no-graphviz", dest="graphviz", action="store_false",
+                        help="draw the PNG with matplotlib even when Graphviz's dot is installed")
     parser.set_defaults(func=main)
 
 
@@ -44,9 +51,9 @@ def main(args: argparse.Namespace) -> int:
         dot.abort()
         raise
     try:
-        dot.write(dag.to_dot(g, process.prototypes))
+        dot.write(drawing.to_dot(g, process.prototypes))
         with open(png.tmp_path, "wb") as stream:  # a file object: the temporary's suffix is not a format
-            dag.draw_png(g, process.prototypes, stream)
+            drawn_by = drawing.draw_png(g, process.prototypes, stream, graphviz=None if args.graphviz else False)
         png.mark_written()
         dot.commit()
         png.commit()
@@ -54,5 +61,6 @@ def main(args: argparse.Namespace) -> int:
         dot.abort()
         png.abort()
         raise
-    print(f"wrote {dot_path} and {png_path}")
+    hint = "" if drawn_by == "Graphviz" or not args.graphviz else "; install Graphviz (dot) for a laid-out picture"
+    print(f"wrote {dot_path} and {png_path} (drawn by {drawn_by}{hint})")
     return 0
