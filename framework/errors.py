@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import enum
 from collections.abc import Iterable
+from typing import Literal
 
 
 class ExitCode(enum.IntEnum):
@@ -60,6 +61,26 @@ class ConfigError(SonicError):
         if key:
             where += f"{key}: "
         super().__init__(where + message)
+
+
+class ParamError(SonicError):
+    """A module parameter that cannot be used, raised by ``Module.validate_params``.
+
+    The process turns it into a :class:`ConfigError` naming the file, the module and the key, so the
+    fields are typed rather than read back from positional ``args``.
+
+    Args:
+        name: the parameter.
+        problem: ``"unknown"`` (the module type declares no such parameter), ``"missing"`` (a required
+            one not given) or ``"value"`` (the value cannot be used).
+        reason: what is wrong, in words.
+        known: the parameters the module type declares (for ``"unknown"``).
+    """
+
+    def __init__(self, name: str, problem: Literal["unknown", "missing", "value"], reason: str,
+                 known: list[str] | None = None):
+        self.name, self.problem, self.reason, self.known = name, problem, reason, known or []
+        super().__init__(f"{name}: {reason}")
 
 
 class GraphError(SonicError):

@@ -40,6 +40,7 @@ import abc
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .errors import ParamError
 from .params import InputTag, Output, Param, declared
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,24 +91,23 @@ class Module(abc.ABC):
 
     @classmethod
     def validate_params(cls, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Returns the full parameter set (defaults filled in) or raises ``KeyError``/``TypeError``/``ValueError``.
+        """Returns the full parameter set (defaults filled in) or raises :class:`ParamError`.
 
-        The exception's first argument is the parameter name, the second the reason, so the caller
-        can name file and key.
+        The error names the parameter and the reason, so the caller can name file and key.
         """
         declared_params = cls.parameters()
         values: dict[str, Any] = {}
         for name in given:
             if name not in declared_params:
-                raise KeyError(name, "unknown parameter", sorted(declared_params))
+                raise ParamError(name, "unknown", "unknown parameter", sorted(declared_params))
         for name, param in declared_params.items():
             if name in given:
                 try:
                     values[name] = param.validate(given[name])
                 except (TypeError, ValueError) as err:
-                    raise TypeError(name, str(err)) from None
+                    raise ParamError(name, "value", str(err)) from None
             elif param.required:
-                raise KeyError(name, "missing required parameter", sorted(declared_params))
+                raise ParamError(name, "missing", "missing required parameter")
             else:
                 values[name] = param.default
         return values

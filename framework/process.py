@@ -26,7 +26,7 @@ from typing import Any
 from . import graph as dag
 from .atomic import PendingText
 from .config import ProcessConfig
-from .errors import ConfigError, OutputError, SonicError
+from .errors import ConfigError, OutputError, ParamError, SonicError
 from .module import Analyzer, Module
 from .output import RootOutput, branch_name
 from .registry import lookup
@@ -163,14 +163,14 @@ class Process:
         cls = self.module_types[mc.label]
         try:
             return cls.validate_params(mc.params)
-        except KeyError as err:
-            name, reason, known = err.args
-            hint = f"; {cls.__name__} takes {known}" if reason == "unknown parameter" else ""
-            raise ConfigError(f"{reason} for module type {cls.__name__}{hint}", key=f"modules.{mc.label}.{name}",
-                              **mc.origin(name, self.config.file)) from None
-        except TypeError as err:
-            name, reason = err.args
-            raise ConfigError(reason, key=f"modules.{mc.label}.{name}", **mc.origin(name, self.config.file)) from None
+        except ParamError as err:
+            if err.problem == "value":  # the reason says what was expected
+                reason = err.reason
+            else:
+                hint = f"; {cls.__name__} takes {err.known}" if err.problem == "unknown" else ""
+                reason = f"{err.reason} for module type {cls.__name__}{hint}"
+            raise ConfigError(reason, key=f"modules.{mc.label}.{err.name}",
+                              **mc.origin(err.name, self.config.file)) from None
 
     def _output_selection(self) -> tuple[dict[str, str], dict[str, str]]:
         """Product keys and source columns to write, with their branch names (``"key as Branch"`` renames)."""
