@@ -1,7 +1,8 @@
 """Framework services: job-wide helpers that modules ask for by name (``self.service("inference")``).
 
-A service is configured in the ``services:`` section and enabled when configured or when a module's
-``requires`` names it. It lives for the job (``begin_job``/``end_job``) and may add a section to the
+A service is configured in the ``services:`` section and started only when a module's ``requires`` names
+it (a configured service no module uses is checked, so a typo is still an error, but not started: a job
+without inference starts no Triton server). It lives for the job (``begin_job``/``end_job``) and may add a section to the
 timing report. The framework core knows services only through this table, so the scheduler never
 depends on inference or any other service.
 """
