@@ -96,11 +96,18 @@ class OutputError(SonicError):
 
 
 class ModuleError(SonicError):
-    """A module raised while processing an event; names the module label and the event."""
+    """A module raised while processing an event; names the module label and the event.
+
+    The message gives the module's context once; the cause's own notes (e.g. the inference client's
+    "after 3 attempts ... no other server to fail over to") are carried over, since the command line
+    prints the notes of the error it catches, not of its cause.
+    """
 
     def __init__(self, label: str, event: str, phase: str, cause: BaseException):
         self.label, self.event, self.phase, self.cause = label, event, phase, cause
         super().__init__(f"module '{label}' failed in {phase} on {event}: {type(cause).__name__}: {cause}")
+        for note in getattr(cause, "__notes__", ()):
+            self.add_note(note)
 
 
 class InferenceError(SonicError):

@@ -162,3 +162,20 @@ def test_a_module_of_no_known_kind_is_refused_by_name():
 
     with pytest.raises(TypeError, match="module 'odd' is of no known kind"):
         kind_of(_Neither("odd", {}))
+
+
+def test_a_module_error_gives_the_context_once_and_keeps_the_cause_notes():
+    """The message names module, phase and event once (no note repeating it); the cause's notes (the
+    inference client's failover summary) reach the command line, which prints the caught error's notes."""
+    cause = ValueError("bad input")
+    cause.add_note("after 3 attempts; no other server to fail over to")
+    err = ModuleError("tagger", "event 7", "external work", cause)
+    assert str(err) == "module 'tagger' failed in external work on event 7: ValueError: bad input"
+    assert err.__notes__ == ["after 3 attempts; no other server to fail over to"]
+    assert not hasattr(ModuleError("m", "event 1", "run", ValueError("x")), "__notes__")
+
+
+def test_a_failing_module_raises_one_module_error_without_notes():
+    with pytest.raises(ModuleError) as err:
+        run({"source": empty(3), "modules": {"u": {"type": "TUndeclared"}}})
+    assert str(err.value).startswith("module 'u' failed in run on ") and not hasattr(err.value, "__notes__")
