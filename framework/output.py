@@ -7,8 +7,8 @@ branch per component (``X_probs_0`` ... ``X_probs_3``).
 
 The file is written as ``<name>.tmp-<host>-<pid>-<ns>`` next to the target and renamed only when the
 job ends successfully, so a failed or killed job never leaves a file that looks complete; temporaries
-of dead writers are removed when the next job writes the same target (see :mod:`.atomic`). The
-process configuration and the software version are stored in the file (``sonic_metadata``, JSON text).
+of dead writers are removed when the next job writes the same target (see :mod:`.atomic`); :class:`~.tree_writer.TreeWriter` does the
+writing. The process configuration and the software version are stored in the file (``sonic_metadata``, JSON text).
 """
 
 from __future__ import annotations
@@ -16,35 +16,20 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from numbers import Number
 from typing import Any
 
 import awkward as ak
 import numpy as np
-import uproot
 
-from .atomic import check_target, remove_stale_temporaries, temporary_name
+from .atomic import check_target
 from .config import OutputConfig
 from .errors import OutputError
 from .event import Event
+from .tree_writer import COMPRESSION, TreeWriter, branch_type, compression  # noqa: F401 - COMPRESSION, compression: public here too
 
 log = logging.getLogger(__name__)
-
-COMPRESSION = {"zstd": (uproot.ZSTD, 4), "lz4": (uproot.LZ4, 4), "zlib": (uproot.ZLIB, 1), "lzma": (uproot.LZMA, 8)}
-
-
-def compression(spec: str) -> Any:
-    """uproot compression from ``"zstd:4"``, ``"lz4"``, ``"none"``..."""
-    if spec in ("none", "", "0"):
-        return None
-    algo, _, level = spec.partition(":")
-    if algo not in COMPRESSION or (level and not level.isdigit()):
-        raise OutputError(f"unknown compression {spec!r}; use one of {sorted(COMPRESSION)} with an optional ':level'")
-    cls, default = COMPRESSION[algo]
-    return cls(int(level) if level else default)
-
 
 def branch_name(key: str) -> str:
     """Default branch name of an event key: ``"pnet:probs"`` → ``"pnet_probs"``; branches keep their name."""
@@ -122,21 +107,6 @@ def writable(name: str, array: Any) -> dict[str, Any]:
     return split_regular(array, name)
 
 
-def branch_type(array: Any) -> Any:
-    """The type uproot's ``mktree`` needs for a branch array."""
-    if isinstance(array, np.ndarray):
-        return array.dtype if array.ndim == 1 else np.dtype((array.dtype, array.shape[1:]))
-    return array.type.content
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class RootOutput:
     """Writes chosen products and source columns to a ROOT TTree, atomically.
 
@@ -157,17 +127,14 @@ class RootOutput:
         self.config, self.products, self.columns, self.ids = config, products, columns, ids
         self.metadata = metadata
         self.path = check_target(config.file, "output file", inputs)
-        codec = compression(config.compression)
-        remove_stale_temporaries(self.path)
-        self.tmp_path = temporary_name(self.path)
         try:
-            self._file = uproot.recreate(self.tmp_path, compression=codec)
+            # uproot rewrites a TTree's whole header (a cost quadratic in the number of branches: seconds for
+            # NanoAOD-sized trees) each time its basket index fills up; the writer sizes it for the job up front.
+            self._writer = TreeWriter(self.path, config.tree, config.compression,
+                                      expected_extends=-(-expected_events // config.chunk_size))
         except OSError as err:
             raise OutputError(f"cannot create the output file {config.file!r}: {err.strerror}") from None
-        self._tree = None
-        # uproot rewrites a TTree's whole header (a cost quadratic in the number of branches: seconds for
-        # NanoAOD-sized trees) each time its basket index fills up; size the index for the job up front.
-        self._basket_capacity = max(10, -(-expected_events // config.chunk_size) + 2)
+        self.tmp_path = self._writer.tmp_path
         self._events: list[Event] = []
         self.written = 0
 
@@ -214,12 +181,7 @@ class RootOutput:
             return
         branches = self._gather()
         try:
-            if self._tree is None:
-                types = {name: branch_type(arr) for name, arr in branches.items()}
-                self._tree = self._file.mktree(self.config.tree, types, field_name=lambda outer, inner: f"{outer}_{inner}",
-                                               counter_name=lambda counted: f"n{counted}",
-                                               initial_basket_capacity=self._basket_capacity)
-            self._tree.extend(branches)
+            self._writer.extend(branches)
         except (TypeError, ValueError) as err:
             raise OutputError(f"uproot cannot write these products to {self.path!r}: {err}") from None
         except OSError as err:
@@ -230,7 +192,7 @@ class RootOutput:
     def write_object(self, path: str, obj: Any) -> None:
         """Stores a histogram or other object uproot can write (e.g. ``hist.Hist``) at ``path``."""
         try:
-            self._file[path] = obj
+            self._writer[path] = obj
         except OSError as err:
             raise OutputError(f"cannot write {path!r} to the output file {self.path!r}: {err.strerror or err}") from None
 
@@ -238,13 +200,11 @@ class RootOutput:
         """Flushes, stores metadata, and renames the temporary file to its final name."""
         self.flush()
         try:
-            if self._tree is None:  # no event passed: still write the tree, empty, so readers find it
-                self._file.mktree(self.config.tree, {name: np.int64 for name in self.ids} or {"event_index": np.int64})
+            if not self._writer.has_tree:  # no event passed: still write the tree, empty, so readers find it
+                self._writer.create({name: np.int64 for name in self.ids} or {"event_index": np.int64})
             self.metadata["events_written"] = self.written
-            self._file["sonic_metadata"] = json.dumps(self.metadata, default=str)
-            self._file.close()
-            _fsync(self.tmp_path)  # the data is on disk before the name says the file is complete
-            os.replace(self.tmp_path, self.path)
+            self._writer["sonic_metadata"] = json.dumps(self.metadata, default=str)
+            self._writer.commit()
         except OSError as err:
             raise OutputError(f"cannot write the output file {self.path!r}: {err.strerror or err}") from None
         log.debug("wrote %d events to %s", self.written, self.path)
@@ -252,11 +212,4 @@ class RootOutput:
 
     def abort(self) -> None:
         """Discards the temporary file (a failed job leaves nothing that looks like output)."""
-        try:
-            self._file.close()
-        except Exception:  # noqa: BLE001 - closing a half-written file may fail; it is deleted anyway
-            pass
-        try:
-            os.unlink(self.tmp_path)
-        except FileNotFoundError:
-            pass
+        self._writer.abort()

@@ -26,9 +26,8 @@ import time
 
 import awkward as ak
 import numpy as np
-import uproot
 
-from ...framework.output import branch_type
+from ...framework.tree_writer import TreeWriter
 from .simulation import GunConfig, SimulationError, simulate
 from .trackml import read_event
 
@@ -64,23 +63,11 @@ def to_columns(events: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
 
 def write(path: str, directory: str, events: int, chunk: int = 100) -> None:
     """Converts the CSV events in ``directory`` into ``path`` (written under a temporary name, then renamed)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with uproot.recreate(tmp) as out:
-            for start in range(0, events, chunk):
-                block = [read_event(directory, i) for i in range(start, min(events, start + chunk))]
-                columns = to_columns(block, start)
-                if start == 0:
-                    out.mktree("Events", {name: branch_type(array) for name, array in columns.items()},
-                               field_name=lambda outer, inner: f"{outer}_{inner}",
-                               counter_name=lambda counted: f"n{counted}")
-                out["Events"].extend(columns)
-                print(f"wrote events {start + 1}-{start + len(block)} of {events}", file=sys.stderr, flush=True)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with TreeWriter(path, expected_extends=-(-events // chunk)) as out:
+        for start in range(0, events, chunk):
+            block = [read_event(directory, i) for i in range(start, min(events, start + chunk))]
+            out.extend(to_columns(block, start))
+            print(f"wrote events {start + 1}-{start + len(block)} of {events}", file=sys.stderr, flush=True)
 
 
 def generate(path: str | os.PathLike, events: int, seed: int = 1, gun: GunConfig = GunConfig(),

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ...framework.errors import SonicError
+from ...framework.tree_writer import TreeWriter
 from .events import Settings, make_branches
 from .pythia_events import PROCESSES, PythiaGenerator
 
@@ -62,8 +63,6 @@ def generate(output: str | os.PathLike, events: int, seed: int = 1, process: str
 
         generate("ttbar.root", 20, seed=3)
     """
-    import uproot
-
     if events < 1:
         raise SonicError(f"--events must be at least 1, got {events}")
     settings = settings or Settings()
@@ -71,34 +70,21 @@ def generate(output: str | os.PathLike, events: int, seed: int = 1, process: str
     if not output.parent.exists():
         raise SonicError(f"output directory {str(output.parent)!r} does not exist")
     generator = PythiaGenerator(processes(process), seed, pthat_min)
-    tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
     start = time.perf_counter()
-    try:
-        with uproot.recreate(tmp, compression=uproot.ZSTD(4)) as handle:
-            tree = None
-            for index, first in enumerate(range(0, events, batch_size)):
-                n = min(batch_size, events - first)
-                rng = np.random.default_rng([seed, index])
-                branches = make_branches(rng, generator.batch(n), settings)
-                ids = {"run": np.ones(n, dtype=np.uint32), "luminosityBlock": np.full(n, seed, dtype=np.uint32),
-                       "event": np.arange(first + 1, first + n + 1, dtype=np.uint64)}
-                branches = {**ids, **branches}
-                if tree is None:
-                    types = {name: (array.dtype if isinstance(array, np.ndarray) else array.type.content)
-                             for name, array in branches.items()}
-                    tree = handle.mktree("Events", types, counter_name=lambda name: f"n{name}",
-                                         field_name=lambda outer, inner: f"{outer}_{inner}")
-                tree.extend(branches)
-                if progress:
-                    done = first + n
-                    rate = done / (time.perf_counter() - start)
-                    print(f"\r{done}/{events} events ({rate:.1f}/s)", end="", file=sys.stderr, flush=True)
-        if progress:
-            print(file=sys.stderr)
-        os.replace(tmp, output)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with TreeWriter(output, compression="zstd:4", expected_extends=-(-events // batch_size)) as writer:
+        for index, first in enumerate(range(0, events, batch_size)):
+            n = min(batch_size, events - first)
+            rng = np.random.default_rng([seed, index])
+            branches = make_branches(rng, generator.batch(n), settings)
+            ids = {"run": np.ones(n, dtype=np.uint32), "luminosityBlock": np.full(n, seed, dtype=np.uint32),
+                   "event": np.arange(first + 1, first + n + 1, dtype=np.uint64)}
+            writer.extend({**ids, **branches})
+            if progress:
+                done = first + n
+                rate = done / (time.perf_counter() - start)
+                print(f"\r{done}/{events} events ({rate:.1f}/s)", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
     return output
 
 

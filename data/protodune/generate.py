@@ -29,9 +29,9 @@ import time
 
 import awkward as ak
 import numpy as np
-import uproot
 
 from ...framework.errors import SonicError
+from ...framework.tree_writer import TreeWriter
 from .simulate import Simulation
 
 log = logging.getLogger(__name__)
@@ -78,31 +78,19 @@ def generate(path: str | os.PathLike, events: int, scale: str = "full", seed: in
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise SonicError(f"output directory {directory!r} does not exist")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with uproot.recreate(tmp, compression=uproot.ZSTD(4)) as file:
-            tree = None
-            for lo in range(first_event, first_event + events, basket):
-                numbers = np.arange(lo, min(lo + basket, first_event + events))
-                start = time.perf_counter()
-                batch = [sim.event(np.random.default_rng([seed, int(i)])) for i in numbers]
-                arrays = {"run": np.full(len(numbers), 1, np.int32), "event": numbers.astype(np.int64),
-                          **_events_to_arrays(batch)}
-                if tree is None:
-                    tree = file.mktree("Events", {k: (v.dtype if isinstance(v, np.ndarray) else v.type.content)
-                                                  for k, v in arrays.items()})
-                tree.extend(arrays)
-                # a line per basket on stderr: a full-scale event takes seconds, the user sees it moving
-                print(f"events {numbers[0]}-{numbers[-1]} of {first_event}-{first_event + events - 1}: "
-                      f"{time.perf_counter() - start:.1f} s, {sum(len(e['Hit']['wire']) for e in batch)} hits",
-                      file=sys.stderr, flush=True)
-            file["protodune_simulation"] = json.dumps({"scale": scale, "seed": seed, "first_event": first_event,
-                                                      **sim.settings()})
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with TreeWriter(path, compression="zstd:4", expected_extends=-(-events // basket)) as writer:
+        for lo in range(first_event, first_event + events, basket):
+            numbers = np.arange(lo, min(lo + basket, first_event + events))
+            start = time.perf_counter()
+            batch = [sim.event(np.random.default_rng([seed, int(i)])) for i in numbers]
+            writer.extend({"run": np.full(len(numbers), 1, np.int32), "event": numbers.astype(np.int64),
+                           **_events_to_arrays(batch)})
+            # a line per basket on stderr: a full-scale event takes seconds, the user sees it moving
+            print(f"events {numbers[0]}-{numbers[-1]} of {first_event}-{first_event + events - 1}: "
+                  f"{time.perf_counter() - start:.1f} s, {sum(len(e['Hit']['wire']) for e in batch)} hits",
+                  file=sys.stderr, flush=True)
+        writer["protodune_simulation"] = json.dumps({"scale": scale, "seed": seed, "first_event": first_event,
+                                                     **sim.settings()})
     return path
 
 

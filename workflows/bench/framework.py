@@ -32,6 +32,7 @@ import uproot
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...framework.output import compression
+from ...framework.tree_writer import TreeWriter
 from ._machine import machine_description
 
 
@@ -84,11 +85,9 @@ def write_io_file(path: Path, n: int, layout: str = "full", seed: int = 7) -> li
                                 for k in range(n_fields)})
     for field in ("MET_pt", "MET_phi", "PuppiMET_pt", "PuppiMET_phi"):
         columns[field] = rng.normal(size=n).astype(np.float32)
-    with uproot.recreate(path) as f:
-        tree = f.mktree("Events", {k: (v.type.content if isinstance(v, ak.Array) else v.dtype) for k, v in columns.items()},
-                        field_name=lambda o, i: f"{o}_{i}", counter_name=lambda c: f"n{c}")
+    with TreeWriter(path, expected_extends=-(-n // 10000)) as writer:
         for start in range(0, n, 10000):
-            tree.extend({k: v[start:start + 10000] for k, v in columns.items()})
+            writer.extend({k: v[start:start + 10000] for k, v in columns.items()})
     return [name for name, _, _ in LAYOUTS[layout]] + ["MET_pt", "MET_phi", "PuppiMET_pt", "PuppiMET_phi"]
 
 

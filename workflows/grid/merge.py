@@ -24,8 +24,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from ...framework.atomic import remove_stale_temporaries, temporary_name
-from ...framework.output import compression as parse_compression
+from ...framework.tree_writer import TreeWriter
 from .errors import GridError, IncompleteTask
 from .integrity import seal_mismatch, spec_mismatch
 from .job_folders import refuse_task_path
@@ -75,12 +74,6 @@ class Layout:
 
 def _numpy(array: Any) -> Any:
     return ak.to_numpy(array) if isinstance(array, ak.Array) else np.asarray(array)
-
-
-def _type(array: Any) -> Any:
-    if isinstance(array, np.ndarray):
-        return array.dtype if array.ndim == 1 else np.dtype((array.dtype, array.shape[1:]))
-    return array.type.content
 
 
 def check_complete(task: Task, tree: str) -> list[tuple[int, str, int]]:
@@ -146,61 +139,56 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
     check_target(task, output)
     outputs = check_complete(task, tree)
     target = os.path.abspath(output)
-    remove_stale_temporaries(target)  # left by a merge that was killed
-    tmp = temporary_name(target)
     expected = sum(n for _, _, n in outputs)
     reference = next(((i, p) for i, p, n in outputs if n > 0), (outputs[0][0], outputs[0][1]))
     with uproot.open(reference[1]) as handle:
         layout = Layout.of(handle[tree])
     histograms: dict[str, Any] = {}
     metadata: list[dict[str, Any]] = []
-    written = 0
+    sink: TreeWriter | None = None
     try:
-        with uproot.recreate(tmp, compression=parse_compression(compression)) as sink:
-            out_tree = None
-            for index, path, entries in outputs:
-                with uproot.open(path) as handle:
-                    metadata.append(json.loads(str(handle[METADATA])))
-                    for key, obj in _objects(handle, tree):
-                        hist = obj.to_hist() if hasattr(obj, "to_hist") else None
-                        if hist is None:
-                            histograms.setdefault(key, obj)
-                        else:
-                            histograms[key] = hist if key not in histograms else histograms[key] + hist
-                    if entries == 0:
-                        continue
-                    source = handle[tree]
-                    missing = set(layout.branches()) - set(source.keys())
-                    if missing:
-                        raise GridError(f"job {index} output {path} lacks branches {sorted(missing)} that job "
-                                        f"{reference[0]} has: outputs of different configurations cannot be merged")
-                    for chunk in source.iterate(layout.branches(), step_size=step_size, library="ak", how=dict):
-                        arrays = layout.arrays(chunk)
-                        if out_tree is None:
-                            out_tree = sink.mktree(tree, {k: _type(v) for k, v in arrays.items()},
-                                                   field_name=lambda outer, inner: f"{outer}_{inner}",
-                                                   counter_name=lambda counted: f"n{counted}")
-                        out_tree.extend(arrays)
-                        written += len(next(iter(chunk.values())))
-            if out_tree is None:  # every job wrote zero events: keep an empty tree of the same branches
-                with uproot.open(reference[1]) as handle:
-                    empty = handle[tree].arrays(library="np")
-                sink.mktree(tree, {k: v.dtype for k, v in empty.items()})
-            for key, obj in histograms.items():
-                sink[key] = obj
-            sink[METADATA] = json.dumps(merged_metadata(task, metadata, written), default=str)
+        sink = TreeWriter(target, tree, compression)  # removes temporaries left by a merge that was killed
+        for index, path, entries in outputs:
+            with uproot.open(path) as handle:
+                metadata.append(json.loads(str(handle[METADATA])))
+                for key, obj in _objects(handle, tree):
+                    hist = obj.to_hist() if hasattr(obj, "to_hist") else None
+                    if hist is None:
+                        histograms.setdefault(key, obj)
+                    else:
+                        histograms[key] = hist if key not in histograms else histograms[key] + hist
+                if entries == 0:
+                    continue
+                source = handle[tree]
+                missing = set(layout.branches()) - set(source.keys())
+                if missing:
+                    raise GridError(f"job {index} output {path} lacks branches {sorted(missing)} that job "
+                                    f"{reference[0]} has: outputs of different configurations cannot be merged")
+                for chunk in source.iterate(layout.branches(), step_size=step_size, library="ak", how=dict):
+                    sink.extend(layout.arrays(chunk))
+        written = sink.entries
+        if not sink.has_tree:  # every job wrote zero events: keep an empty tree of the same branches
+            with uproot.open(reference[1]) as handle:
+                empty = handle[tree].arrays(library="np")
+            sink.create({k: v.dtype for k, v in empty.items()})
+        for key, obj in histograms.items():
+            sink[key] = obj
+        sink[METADATA] = json.dumps(merged_metadata(task, metadata, written), default=str)
         if written != expected:
             raise GridError(f"merged {written} entries but the jobs wrote {expected}; {target} not written")
-        with uproot.open(tmp) as check:
-            if int(check[tree].num_entries) != expected:
-                raise GridError(f"{tmp} holds {check[tree].num_entries} entries, expected {expected}")
-        os.replace(tmp, target)
+
+        def check(tmp: str) -> None:
+            with uproot.open(tmp) as merged:
+                if int(merged[tree].num_entries) != expected:
+                    raise GridError(f"{tmp} holds {merged[tree].num_entries} entries, expected {expected}")
+
+        sink.commit(check)
     except OSError as err:  # a full disk, a quota: nothing is left that looks complete
         where = f"{err.filename}: " if err.filename else ""
         raise GridError(f"cannot merge into {target}: {where}{err.strerror or err}") from None
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if sink is not None and os.path.exists(sink.tmp_path):
+            sink.abort()
     return written
 
 
