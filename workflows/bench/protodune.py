@@ -228,6 +228,18 @@ def derived(rows: dict[str, dict[str, Any]], hits: float, preprocessing_s: float
     return out
 
 
+def _cell(value: float | None, spec: str) -> str:
+    """A table cell: the formatted value, or "—" for what this mode does not measure (never ``nan``)."""
+    return "—" if value is None or value != value else format(value, spec)
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """One line of a whole-job timing, in ms per event, for the console."""
+    return (f"job {job['mode']}: {job['events']} events, {job['wall_ms_per_event']:.0f} ms/event = preprocessing "
+            f"{job['preprocessing_ms']:.0f} + inference {job['inference_ms']:.0f} + other modules "
+            f"{job['other_modules_ms']:.0f} + I/O and framework {job['io_and_framework_ms']:.0f}")
+
+
 def markdown(report: dict[str, Any]) -> str:
     args = report["arguments"]
     lines = [f"# ProtoDUNE EmTrkMichelId benchmark", "", f"Machine: {report['machine']}", "",
@@ -240,8 +252,10 @@ def markdown(report: dict[str, Any]) -> str:
     for row in report["modes"]:
         server = row.get("server", {})
         lines.append(f"| {row['mode']} | {row['ml_s_per_event']:.3f} | {row['events_timed']} | "
-                     f"{row.get('max_abs_diff_vs_direct_cpu', float('nan')):.2e} | "
-                     f"{row.get('throughput_events_per_s', float('nan')):.2f} | {server.get('compute_s', float('nan')):.2f} |")
+                     f"{_cell(row.get('max_abs_diff_vs_direct_cpu'), '.2e')} | "
+                     f"{_cell(row.get('throughput_events_per_s'), '.2f')} | {_cell(server.get('compute_s'), '.2f')} |")
+    if any("throughput_events_per_s" not in row for row in report["modes"]):
+        lines += ["", "— : not measured (direct modes have no server; the reference has no difference to itself)."]
     if report["jobs"]:
         lines += ["", "Whole job (`configs/protodune.yaml`), ms per event:", "",
                   "| mode | events | wall | preprocessing | inference (EmTrkMichelId) | other modules | I/O + framework |",
@@ -269,6 +283,13 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def needs_log_axis(values: list[float]) -> bool:
+    """Whether bars of ``values`` need a log axis: only when they span more than a factor 20 (CPU against
+    GPU modes), where a linear axis would flatten the fast ones. Otherwise the axis is linear from zero,
+    so bar heights compare as the times do (on a log axis, 14 % looks like a factor)."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) > 20
+
+
 def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -279,8 +300,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     values = [row["ml_s_per_event"] for row in report["modes"]]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar(modes, values, color=["#4477aa", "#66ccee", "#228833", "#ccbb44"][:len(modes)])
-    ax.set_yscale("log")
-    ax.set_ylabel("ML module time per event (s)")
+    if needs_log_axis(values):
+        ax.set_yscale("log")
+        ax.set_ylabel("ML module time per event (s, log scale)")
+    else:
+        ax.set_ylim(0, 1.15 * max(values, default=1.0))
+        ax.set_ylabel("ML module time per event (s)")
     ax.set_title(f"EmTrkMichelId, {report['derived']['hits_per_event']:.0f} patches/event")
     for x, v in enumerate(values):
         ax.text(x, v, f"{v:.3g}", ha="center", va="bottom")
@@ -334,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
             failures[f"job {mode}"] = f"{type(err).__name__}: {err}"
             print(f"job {mode}: FAILED {failures[f'job {mode}']}", flush=True)
             continue
-        print(f"job {mode}: {jobs[-1]}", flush=True)
+        print(job_line(jobs[-1]), flush=True)
     hits = float(np.mean([len(e) for e in events]))
     report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
               "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "scale": args.scale,
@@ -345,4 +370,5 @@ def run(args: argparse.Namespace) -> int:
     (out / "protodune.md").write_text(markdown(report))
     plot(report, out / "protodune.png")
     print(markdown(report))
+    print(f"results in {os.path.abspath(out)}/protodune.{{md,json,png}}")
     return 1 if failures else 0
