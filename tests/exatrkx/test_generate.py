@@ -9,7 +9,7 @@ import uproot
 
 from sonic_hep.data.exatrkx.simulation import GunConfig, SimulationError
 
-from .conftest import EVENTS
+from tests.exatrkx.conftest import EVENTS
 
 
 def test_branches_and_truth(events_file):

@@ -12,7 +12,7 @@ from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import ConfigError
 from sonic_hep.modules.exatrkx.performance import summed_counts
 
-from .conftest import EVENTS
+from tests.exatrkx.conftest import EVENTS
 
 
 def test_physics_goals_on_held_out_events(direct_run):
@@ -50,7 +50,7 @@ def test_every_stage_ran(direct_run):
 
 def test_working_point_override_changes_the_graph(events_file, tmp_path):
     """A module parameter overrides the repository's working point (no edges: no candidates)."""
-    from .conftest import run_workflow
+    from tests.exatrkx.conftest import run_workflow
 
     result = run_workflow(events_file, tmp_path / "tiny.root", "graph.radius=0.000001", "source.max_events=1")
     with uproot.open(result.output) as file:

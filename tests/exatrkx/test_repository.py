@@ -18,7 +18,7 @@ from sonic_hep.modules.exatrkx import ensemble_stages, working_point
 from sonic_hep.modules.exatrkx.features import FEATURES
 from sonic_hep.modules.exatrkx.labeling import label_tracks
 
-from .conftest import REPOSITORY
+from tests.exatrkx.conftest import REPOSITORY
 
 ONNX_MODELS = ("exatrkx_embedding", "exatrkx_filter", "exatrkx_gnn")
 

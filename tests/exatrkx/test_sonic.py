@@ -19,7 +19,7 @@ from sonic_hep.modules.exatrkx.features import HIT_FIELDS, hit_features
 from sonic_hep.modules.exatrkx.graph_building import radius_graph
 from sonic_hep.modules.exatrkx.labeling import label_tracks
 
-from .conftest import REPOSITORY, run_workflow
+from tests.exatrkx.conftest import REPOSITORY, run_workflow
 
 pytestmark = pytest.mark.triton
 

@@ -17,7 +17,7 @@ from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.servers import ServerPool
 from sonic_hep.framework.inference.sonic import SonicClient
 
-from ..conftest import shared_path
+from tests.conftest import shared_path
 
 CMS_MODEL = "particlenet_AK4"
 

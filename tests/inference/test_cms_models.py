@@ -9,7 +9,7 @@ import tritonclient.grpc as grpcclient
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 
-from .conftest import CMS_MODEL, sonic_client
+from tests.inference.conftest import CMS_MODEL, sonic_client
 
 pytestmark = [pytest.mark.triton, pytest.mark.shared]
 

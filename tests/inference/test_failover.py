@@ -26,7 +26,7 @@ from sonic_hep.framework.inference.servers import ServerPool
 from sonic_hep.framework.inference.sonic import SonicClient
 from sonic_hep.framework.process import Process
 
-from .conftest import sonic_client
+from tests.inference.conftest import sonic_client
 
 pytestmark = pytest.mark.triton
 

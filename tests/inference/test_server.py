@@ -171,7 +171,7 @@ def _certificates(folder) -> dict[str, str]:
 def test_grpc_over_tls(tmp_path, demo_repository, rng):
     from sonic_hep.framework.inference.tls_probe import server_tls
 
-    from .conftest import sonic_client
+    from tests.inference.conftest import sonic_client
 
     pem = _certificates(tmp_path / "pki")
     with TritonServer([DEMO_REPOSITORY], models=["demo_sum"], workdir=tmp_path / "work", tls_cert=pem["cert"],
@@ -195,7 +195,7 @@ def test_grpc_over_tls(tmp_path, demo_repository, rng):
 def test_an_ensemble_of_served_models(tmp_path, demo_repository, rng):
     import shutil
 
-    from .conftest import sonic_client
+    from tests.inference.conftest import sonic_client
 
     repo = tmp_path / "repo"
     shutil.copytree(DEMO_REPOSITORY / "demo_mlp", repo / "demo_mlp")

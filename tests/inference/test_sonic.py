@@ -12,7 +12,7 @@ from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.server import free_port
 from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError
 
-from .conftest import sonic_client
+from tests.inference.conftest import sonic_client
 
 pytestmark = pytest.mark.triton
 

@@ -7,7 +7,7 @@ import pytest
 
 from sonic_hep.data.miniaod.fitting import auc
 
-from .conftest import branches
+from tests.miniaod.conftest import branches
 
 pytestmark = pytest.mark.slow
 

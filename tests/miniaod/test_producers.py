@@ -14,7 +14,7 @@ from sonic_hep.framework.inference.fake import FakeClient, constant, use_client
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.process import Process
 
-from .conftest import run_config
+from tests.miniaod.conftest import run_config
 
 PROJECT = Path(__file__).resolve().parents[2]
 

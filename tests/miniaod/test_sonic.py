@@ -9,8 +9,8 @@ import pytest
 from sonic_hep.data.miniaod.fitting import auc
 from sonic_hep.modules.miniaod.deepmet import DeepMETProducer
 
-from ..conftest import shared_path
-from .conftest import branches
+from tests.conftest import shared_path
+from tests.miniaod.conftest import branches
 
 pytestmark = pytest.mark.triton
 

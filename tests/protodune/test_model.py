@@ -10,7 +10,7 @@ import pytest
 from sonic_hep.data.protodune.model import PARAMETERS, Weights, quantize_columns, to_onnx, weights_from_onnx
 from sonic_hep.framework.inference.repository import ModelRepository
 
-from .conftest import CPU_REPOSITORY, GPU_REPOSITORY
+from tests.protodune.conftest import CPU_REPOSITORY, GPU_REPOSITORY
 
 ONNX_FILE = CPU_REPOSITORY / "emtrkmichelid" / "1" / "model.onnx"
 

@@ -13,7 +13,7 @@ from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from sonic_hep.modules.protodune.metrics import classification_metrics
 
-from .conftest import CPU_REPOSITORY, HELDOUT_SEED
+from tests.protodune.conftest import CPU_REPOSITORY, HELDOUT_SEED
 
 SCORES = ("track", "em", "none", "michel")
 

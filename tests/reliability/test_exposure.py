@@ -28,7 +28,7 @@ from sonic_hep.framework.inference.sockets import listening
 from sonic_hep.framework.inference.tls_probe import hint, server_tls
 from tests.polling import read_line
 
-from ..inference.conftest import sonic_client
+from tests.inference.conftest import sonic_client
 
 pytestmark = pytest.mark.triton
 

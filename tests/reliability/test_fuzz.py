@@ -19,7 +19,7 @@ from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.workflows.bench._fuzz import DEFAULT_CASES, fuzz, infer_valid, served_models, valid_inputs
 
-from .conftest import CPU_REPOSITORIES
+from tests.reliability.conftest import CPU_REPOSITORIES
 
 DEEPMET_INPUTS = {"input": (4500, 8), "input_cat0": (4500, 1), "input_cat1": (4500, 1), "input_cat2": (4500, 1)}
 

@@ -25,7 +25,7 @@ from sonic_hep.framework.inference.connection import ServerConnection, ServerSpe
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.triton_errors import RequestError
 
-from ..inference.conftest import write_slow_model
+from tests.inference.conftest import write_slow_model
 
 #: deadlines around demo_mlp's round trip, so that many expire just as the answer is sent (the race)
 RACE_TIMEOUTS_S = (0.0003, 0.001, 0.002, 0.004)

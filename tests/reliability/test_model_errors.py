@@ -21,7 +21,7 @@ import pytest
 
 from sonic_hep.framework.inference.repository import ModelRepository
 
-from .conftest import PROJECT
+from tests.reliability.conftest import PROJECT
 
 ONNX_BACKEND = PROJECT / "framework" / "inference" / "backends" / "onnxruntime" / "model.py"
 GPU_ENTRY = PROJECT / "data" / "models" / "protodune_gpu" / "emtrkmichelid"
