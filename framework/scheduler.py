@@ -96,6 +96,9 @@ class Scheduler:
         self.instances = [[stream[label] for label in self.order] for stream in streams]
         first = self.instances[0] if self.instances else []
         self.kinds = [kind_of(m) for m in first]
+        #: each instance's method for its kind, looked up once (not per call)
+        self.calls = [[getattr(m, kind.method) for m, kind in zip(instances, self.kinds)]
+                      for instances in self.instances]
         self.consumes = [frozenset(m.consumes()) for m in first]
         self.optional = [frozenset(k for k, tag in m.inputs().items() if tag.optional) for m in first]
         self.threads = threads
@@ -142,7 +145,7 @@ class Scheduler:
             elif fut is None:
                 view = EventView(st.event, module, self.consumes[i], self.optional[i])
                 try:
-                    outcome = getattr(module, kind.method)(view)
+                    outcome = self.calls[st.event.stream][i](view)
                 except Exception as err:
                     raise self._error(module, st, kind.phase, err) from err
                 t1, c1 = perf(), cpu()
