@@ -11,6 +11,7 @@ a system package.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import textwrap
@@ -20,6 +21,8 @@ import networkx as nx
 
 from .graph import ModuleGraph
 from .module import Module
+
+log = logging.getLogger(__name__)
 
 #: fill colour by module kind (``Module.kind``); the legend lists them in this order
 KIND_COLOURS: dict[str, str] = {
@@ -132,10 +135,16 @@ def draw_png(mg: ModuleGraph, modules: dict[str, Module], stream: BinaryIO, grap
     if graphviz is None:
         graphviz = graphviz_available()
     if graphviz:
-        png = subprocess.run(["dot", "-Tpng"], input=to_dot(mg, modules).encode(), capture_output=True,
-                             check=True, timeout=120).stdout
-        stream.write(png)
-        return "Graphviz"
+        try:
+            png = subprocess.run(["dot", "-Tpng"], input=to_dot(mg, modules).encode(), capture_output=True,
+                                 check=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError) as err:  # a broken Graphviz still gives a picture
+            failed = isinstance(err, subprocess.CalledProcessError) and err.stderr
+            detail = err.stderr.decode(errors="replace").strip() if failed else str(err)
+            log.warning("Graphviz's dot failed (%s); drawing with matplotlib instead", detail)
+        else:
+            stream.write(png)
+            return "Graphviz"
     _draw_with_matplotlib(mg, modules, stream)
     return "matplotlib"
 

@@ -112,3 +112,20 @@ def test_png_with_graphviz_is_drawn_by_dot(tmp_path):
     stream = io.BytesIO()
     assert graph_drawing.draw_png(p.graph, p.prototypes, stream) == "Graphviz"
     assert stream.getvalue()[:4] == b"\x89PNG"
+
+
+def test_a_failing_graphviz_still_gives_a_picture(tmp_path, monkeypatch, caplog):
+    import io
+    import os
+
+    from sonic_hep.framework import graph_drawing
+
+    fake = tmp_path / "dot"
+    fake.write_text("#!/bin/sh\necho 'dot: broken install' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    p = drawing_process(tmp_path)
+    stream = io.BytesIO()
+    with caplog.at_level(logging.WARNING):
+        assert graph_drawing.draw_png(p.graph, p.prototypes, stream) == "matplotlib"
+    assert stream.getvalue()[:4] == b"\x89PNG" and "dot: broken install" in caplog.text

@@ -13,7 +13,8 @@ from sonic_hep.workflows.bench import protodune as bench
 
 def no_dot_path() -> str:
     """This PATH without the folders holding ``dot``: the machine without Graphviz."""
-    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(p, "dot")))
+    folders = os.environ["PATH"].split(os.pathsep)
+    return os.pathsep.join(p for p in folders if not os.path.exists(os.path.join(p, "dot")))
 
 
 def test_graph_without_graphviz_draws_with_matplotlib_and_says_how_to_get_more(tmp_path, sonic_cli):

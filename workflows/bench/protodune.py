@@ -242,7 +242,7 @@ def job_line(job: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     args = report["arguments"]
-    lines = [f"# ProtoDUNE EmTrkMichelId benchmark", "", f"Machine: {report['machine']}", "",
+    lines = ["# ProtoDUNE EmTrkMichelId benchmark", "", f"Machine: {report['machine']}", "",
              f"Command: `{report['command']}`", "",
              f"Events: {report['events']} ({report['scale']} scale, {report['derived']['hits_per_event']:.0f} hits "
              f"= patches per event), batch size {args['batch_size']}; preprocessing (patches) "
