@@ -70,7 +70,7 @@ def generate(output: str | os.PathLike, events: int, seed: int = 1, process: str
     if not output.parent.exists():
         raise SonicError(f"output directory {str(output.parent)!r} does not exist")
     generator = PythiaGenerator(processes(process), seed, pthat_min)
-    start = time.perf_counter()
+    start, tty = time.perf_counter(), sys.stderr.isatty()
     with TreeWriter(output, compression="zstd:4", expected_extends=-(-events // batch_size)) as writer:
         for index, first in enumerate(range(0, events, batch_size)):
             n = min(batch_size, events - first)
@@ -79,11 +79,12 @@ def generate(output: str | os.PathLike, events: int, seed: int = 1, process: str
             ids = {"run": np.ones(n, dtype=np.uint32), "luminosityBlock": np.full(n, seed, dtype=np.uint32),
                    "event": np.arange(first + 1, first + n + 1, dtype=np.uint64)}
             writer.extend({**ids, **branches})
-            if progress:
+            if progress:  # a terminal gets one line rewritten in place, a pipe or log (make demo) a line per batch
                 done = first + n
                 rate = done / (time.perf_counter() - start)
-                print(f"\r{done}/{events} events ({rate:.1f}/s)", end="", file=sys.stderr, flush=True)
-    if progress:
+                start_of_line, end = ("\r", "") if tty else ("", "\n")
+                print(f"{start_of_line}{done}/{events} events ({rate:.1f}/s)", end=end, file=sys.stderr, flush=True)
+    if progress and tty:
         print(file=sys.stderr)
     return output
 
@@ -92,6 +93,6 @@ def main(args: argparse.Namespace) -> int:
     settings = Settings(pileup=args.pileup, ak4_min_pt=args.ak4_min_pt, ak8_min_pt=args.ak8_min_pt)
     start = time.perf_counter()
     path = generate(args.output, args.events, seed=args.seed, process=args.process, settings=settings,
-                    batch_size=args.batch_size, progress=sys.stderr.isatty(), pthat_min=args.pthat_min)
+                    batch_size=args.batch_size, progress=True, pthat_min=args.pthat_min)
     print(f"wrote {args.events} events to {path} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0

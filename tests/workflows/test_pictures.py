@@ -79,3 +79,11 @@ def test_data_generate_shows_progress(tmp_path, sonic_cli):
     result = sonic_cli("data", "generate", "protodune", "--events", "3", "--basket", "2", "--scale", "small",
                        "--output", tmp_path / "p.root", check=True)
     assert "events 0-1 of 0-2:" in result.stderr and "events 2-2 of 0-2:" in result.stderr
+
+
+def test_miniaod_generate_shows_progress_in_a_pipe(tmp_path, sonic_cli):
+    """Piped (as under ``make demo`` or into a log), a line per batch instead of nothing."""
+    pytest.importorskip("pythia8mc")
+    result = sonic_cli("data", "generate", "miniaod", "--events", "4", "--batch-size", "2", "--output",
+                       tmp_path / "m.root", check=True)
+    assert [line.split(" events")[0] for line in result.stderr.splitlines() if "/s)" in line] == ["2/4", "4/4"]
