@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 

@@ -236,7 +236,7 @@ def test_server_stop_signals_only_a_process_it_provably_started(tmp_path, sonic_
 
 def test_spawned_child_exits_when_its_parent_is_already_gone(tmp_path):
     """The death signal is armed after fork; a parent that died before that must not leave an orphan."""
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import os, sys
         from sonic_hep.framework.inference import spawner
         real_getppid = os.getppid
