@@ -7,8 +7,9 @@ branch per component (``X_probs_0`` ... ``X_probs_3``).
 
 The file is written as ``<name>.tmp-<host>-<pid>-<ns>`` next to the target and renamed only when the
 job ends successfully, so a failed or killed job never leaves a file that looks complete; temporaries
-of dead writers are removed when the next job writes the same target (see :mod:`.atomic`); :class:`~.tree_writer.TreeWriter` does the
-writing. The process configuration and the software version are stored in the file (``sonic_metadata``, JSON text).
+of dead writers are removed when the next job writes the same target (see :mod:`.atomic`);
+:class:`~.tree_writer.TreeWriter` does the writing. The process configuration and the software version
+are stored in the file (``sonic_metadata``, JSON text).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .atomic import check_target
 from .config import OutputConfig
 from .errors import OutputError
 from .event import Event
-from .tree_writer import COMPRESSION, TreeWriter, branch_type, compression  # noqa: F401 - COMPRESSION, compression: public here too
+from .tree_writer import TreeWriter
 
 log = logging.getLogger(__name__)
 

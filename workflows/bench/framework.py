@@ -31,8 +31,7 @@ import uproot
 
 from ...framework import Process
 from ...framework import config as cfgmod
-from ...framework.output import compression
-from ...framework.tree_writer import TreeWriter
+from ...framework.tree_writer import TreeWriter, compression
 from ._machine import machine_description
 
 
