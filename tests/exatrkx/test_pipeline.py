@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import awkward as ak
 import numpy as np
 import pytest
@@ -70,3 +72,14 @@ def test_cli_run_reports_the_rates(sonic_cli, events_file, tmp_path):
     line = next(line for line in result.stderr.splitlines() if "Exa.TrkX (performance)" in line)
     assert "tracking efficiency" in line and "fake rate" in line and "duplicate rate" in line
     assert "labeling" in result.stdout  # the per-module timing table
+
+
+def test_default_run_prunes_the_unused_pipeline_without_a_warning(events_file, tmp_path, caplog):
+    """The shipped config carries both pipelines on purpose; pruning the one not chosen is a notice, not a
+    warning (a shipped configuration's default run prints no WARNING)."""
+    config = cfgmod.load("exatrkx", [f"source.files=['{events_file}']", f"output.file='{tmp_path / 'o.root'}'"])
+    with caplog.at_level(logging.INFO):
+        process = Process(config)
+    assert process.graph.pruned == ["ensemble"]
+    assert "ensemble" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

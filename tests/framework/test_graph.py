@@ -41,7 +41,7 @@ def test_missing_producer_named(tmp_path):
 
 
 def test_unneeded_modules_pruned_with_notice(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         p = process(tmp_path, {"a": {"type": "TAdd"}, "b": {"type": "TAdd", "src": "a:value"},
                                "unused": {"type": "TAdd"}}, products=["b:*"])
     assert p.graph.order == ["a", "b"]
