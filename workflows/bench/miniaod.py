@@ -12,8 +12,10 @@ the Triton round trip, from the inference client's statistics) + its produce, pe
 stream, one thread and one inference worker (``--streams/--threads`` to change); "% of event" divides
 it by the wall time per event. The modules' sum may exceed the event by the overlap ExternalWork allows
 (one module builds inputs while another's inference runs). The input size is what the producer sends
-per event (CMS's layouts, float32). The outputs of both modes are compared (largest difference of any
-written value). Results go to ``--out``: ``miniaod.md``, ``miniaod.json``.
+per event (CMS's layouts, float32), counted at its inference calls in the first mode's run itself: the
+producers' own preprocessing, never a copy of it here (a model two modules share counts for each). The
+outputs of both modes are compared (largest difference of any written value). Results go to ``--out``:
+``miniaod.md``, ``miniaod.json``.
 """
 
 from __future__ import annotations
@@ -21,18 +23,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from ...framework import Process
 from ...framework import config as cfgmod
-from ...framework.config import SourceConfig
-from ...framework.source import Request, RootSource
 from ..compare import compare_files
 from ._machine import machine_description
 from ._samples import generated_input
+from ._sent import count_sent
 
-LABELS = {"ParticleNetTagger": "ParticleNet", "DeepMETProducer": "DeepMET", "DeepTauProducer": "DeepTau"}
+
+def algorithm(module_type: str) -> str:
+    """The algorithm's name for the table: the module type without its role suffix (ParticleNetTagger →
+    ParticleNet, DeepMETProducer → DeepMET); any other type as it is."""
+    return re.sub(r"(?<=.)(Tagger|Producer)$", "", module_type)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,45 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="configuration override, as for sonic run (e.g. services.inference.repository=[dir])")
 
 
-def input_megabytes(config: cfgmod.ProcessConfig, path: str, events: int = 20) -> dict[str, float]:
-    """Average bytes per event each inference producer sends, from its own preprocessing."""
-    from ...framework.registry import lookup
-    from ...modules.miniaod import deepmet, particlenet
-    from ...modules.miniaod.columns import columns
-    from ...modules.miniaod.deeptau_inputs import PF_FIELDS, TAU_FIELDS, deeptau_inputs
-    from ...modules.miniaod.particlenet_features import particlenet_inputs
-    from ...modules.miniaod.particlenet_inputs import INPUTS
-
-    modules = {label: (lookup(mc.type), mc) for label, mc in config.modules.items()}
-    requests: dict[str, tuple[str, ...] | None] = {"PFCands": tuple(sorted(set(
-        particlenet.PF_FIELDS + deepmet.FIELDS + PF_FIELDS))), "SV": particlenet.SV_FIELDS, "Tau": TAU_FIELDS,
-        "fixedGridRhoFastjetAll": None}
-    for cls, mc in modules.values():
-        if cls.__name__ == "ParticleNetTagger":
-            requests[mc.params.get("jets", "Jet")] = particlenet.JET_FIELDS
-            requests[mc.params.get("constituents", "JetPFCands")] = particlenet.MEMBER_FIELDS
-    source = RootSource(SourceConfig(files=[path], max_events=events), [Request(k, f) for k, f in requests.items()])
-    totals = {label: 0 for label in modules}
-    n = 0
-    for chunk in source.chunks():
-        for i in range(chunk.length):
-            get = {k: (columns(chunk.columns[k][i], f) if f else chunk.columns[k][i]) for k, f in requests.items()}
-            for label, (cls, mc) in modules.items():
-                if cls.__name__ == "ParticleNetTagger":
-                    jets = get[mc.params.get("jets", "Jet")]
-                    if len(jets["pt"]):
-                        x = particlenet_inputs(INPUTS[mc.params.get("preprocess", "ak4")], jets, get["PFCands"],
-                                               get[mc.params.get("constituents", "JetPFCands")], get["SV"])
-                        totals[label] += sum(a.nbytes for a in x.values())
-                elif cls.__name__ == "DeepMETProducer":
-                    totals[label] += sum(a.nbytes for a in deepmet.deepmet_inputs(get["PFCands"]).values())
-                elif cls.__name__ == "DeepTauProducer" and len(get["Tau"]["pt"]):
-                    x = deeptau_inputs(get["PFCands"], get["Tau"], float(get["fixedGridRhoFastjetAll"]))
-                    totals[label] += sum(a.nbytes for a in x.values())
-            n += 1
-    return {label: total / max(n, 1) / 1e6 for label, total in totals.items()}
-
-
 def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"options.streams={args.streams}",
                  f"options.threads={args.threads}", "options.progress=false", "services.inference.workers=1",
@@ -94,14 +61,18 @@ def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.N
     if mode == "sonic" and args.server:
         overrides.append("services.inference.servers=[" + ", ".join(f"'{s}'" for s in args.server) + "]")
     config = cfgmod.load(config_name, overrides)
-    result = Process(config).run(progress=False)
+    process = Process(config)
+    sent = count_sent(process)  # what each producer's own acquire sends, in this very run
+    result = process.run(progress=False)
     report = result.timing.report()
     events = max(report["events"], 1)
     event_ms = 1000.0 * report["wall_s"] / events
     per_model = (report.get("inference") or {}).get("models", {})
     modules = []
+    # each module's model as the module itself resolved it (its parameter's default included)
+    models = {label: getattr(module, "model", None) for label, module in process.prototypes.items()}
     for m in report["modules"]:
-        model = config.modules[m["label"]].params.get("model")
+        model = models[m["label"]]
         infer_ms = 1000.0 * per_model.get(model, {}).get("seconds", 0.0) / events if model else 0.0
         cpu_ms = m.get("acquire_ms_per_event", 0) + m.get("produce_ms_per_event", 0) if m["kind"] == "external" \
             else m["wall_ms_per_event"]
@@ -109,8 +80,11 @@ def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.N
                         "fraction": (cpu_ms + infer_ms) / event_ms, "acquire_ms": m.get("acquire_ms_per_event"),
                         "inference_ms": infer_ms, "produce_ms": m.get("produce_ms_per_event"),
                         "wait_ms": m.get("wait_ms_per_event")})
+    sent_by_model = sent.sent if sent is not None else {}
+    input_mb = {m["label"]: sent_by_model.get(models[m["label"]], 0) / events / 1e6 for m in report["modules"]}
     return {"mode": mode, "events": report["events"], "event_ms": event_ms, "events_per_s": report["events_per_s"],
-            "modules": modules, "inference": report.get("inference"), "output": result.output}
+            "modules": modules, "inference": report.get("inference"), "output": result.output,
+            "models": {label: model or "" for label, model in models.items()}, "input_mb": input_mb}
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -127,7 +101,7 @@ def markdown(results: dict[str, Any]) -> str:
             m = run["modules"][i]
             cells += [f"{m['ms_per_event']:.1f}", f"{100 * m['fraction']:.1f} %"]
         label = module["label"]
-        lines.append(f"| {label} | {LABELS.get(module['type'], module['type'])} | {results['models'].get(label, '')} | "
+        lines.append(f"| {label} | {algorithm(module['type'])} | {results['models'].get(label, '')} | "
                      f"{results['input_mb'].get(label, 0):.3f} | " + " | ".join(cells) + " |")
     lines.append("| sum of modules | | | | " + " | ".join(
         f"{sum(m['ms_per_event'] for m in r['modules']):.1f} | {100 * sum(m['fraction'] for m in r['modules']):.1f} %"
@@ -145,15 +119,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = args.input or generated_input(out, "miniaod", args.events, args.seed)
-    config = cfgmod.load(args.config, [f"source.files=['{path}']", *args.param])
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict[str, Any] = {
         "machine": machine_description(), "input": os.path.basename(path), "config": args.config,
         "streams": args.streams, "threads": args.threads,
-        "models": {label: mc.params.get("model", "") for label, mc in config.modules.items()},
-        "input_mb": input_megabytes(config, path),
         "runs": [run_mode(args.config, path, mode, out, args) for mode in modes],
     }
+    first = results["runs"][0] if results["runs"] else {}
+    results.update(models=first.get("models", {}), input_mb=first.get("input_mb", {}))
     if len(results["runs"]) == 2:
         comparison = compare_files(results["runs"][0]["output"], results["runs"][1]["output"])
         results.update(max_difference=comparison.worst, outputs_equal=comparison.equal(),
