@@ -2,8 +2,9 @@
 
 For each mode asked (``--modes``), on the same events:
 
-* **ML module time per event**: the module's own work, exactly as ``EmTrkMichelId`` does it: the
-  event's uint8 patches cut into ``--batch-size`` requests, all sent at once, awaited together.
+* **ML module time per event**: the module's own work, with ``EmTrkMichelId``'s own request
+  splitting and scores: the event's uint8 patches (made by the job's ``HitPatches``) cut into
+  ``--batch-size`` requests, all sent at once, awaited together.
   The first event of each mode is a warm-up and is not counted; the median over events is reported.
 * **Server throughput** (SONIC modes, ``--saturation``): several event loops in parallel against the
   one server; the GPU (or server) time per event is 1 / events per second.
@@ -44,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import uproot
 
 from ...framework import Process
 from ...framework import config as cfgmod
@@ -53,13 +53,14 @@ from ...framework.inference.client import InferenceClient
 from ...framework.inference.repository import ModelRepository
 from ...framework.inference.server_statistics import compute_ns
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
-from ...modules.protodune.patches import PatchSpec, make_patches
+from ...framework.event import Event, EventView
+from ...modules.protodune.emtrkmichelid import SCORES, requests, scores
 from ._machine import machine_description
 
 MODES = ("direct-cpu", "direct-gpu", "sonic-cpu", "sonic-gpu")
 REPOSITORY = {"cpu": "data/models/protodune", "gpu": "data/models/protodune_gpu"}
 MODEL = "emtrkmichelid"
-SCORES = ("track", "em", "none", "michel")
+PREPROCESSING = "patches"  # the HitPatches module's label in configs/protodune.yaml
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,17 +85,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- inputs -------------------------------------------------------------------------------------------
-def read_patches(path: str, events: int, spec: PatchSpec) -> tuple[list[np.ndarray], list[float]]:
-    """Each event's patches, and the preprocessing time of each (make_patches, as HitPatches runs it)."""
-    names = [f"Roi_{f}" for f in ("tpc", "plane", "wire", "start", "length")] + ["Adc"] + \
-        [f"Hit_{f}" for f in ("tpc", "plane", "wire", "peak_tick")]
-    with uproot.open(path) as file:
-        arrays = file["Events"].arrays(names, entry_stop=events, library="np")
+def read_patches(path: str, events: int) -> tuple[list[np.ndarray], list[float]]:
+    """Each event's patches, and the preprocessing time of each: the job's own preprocessing module
+    (``configs/protodune.yaml``'s ``patches``, with its parameters) on the job's own source, called
+    event by event outside the scheduler so that the patches stay in memory for every mode."""
+    process = Process(cfgmod.load("protodune", [f"source.files=[{path}]", f"source.max_events={events}"]))
+    module = process.prototypes[PREPROCESSING]
+    consumes = frozenset(module.consumes())
+    optional = frozenset(key for key, tag in module.inputs().items() if tag.optional)
+    (key,) = module.produces()
     patches, seconds = [], []
-    for i in range(len(arrays["Adc"])):
-        start = time.perf_counter()
-        patches.append(make_patches(spec, *(arrays[name][i] for name in names)))
-        seconds.append(time.perf_counter() - start)
+    module.begin_job()
+    try:
+        for chunk in process.source.chunks():
+            for i in range(chunk.length):
+                event = Event(chunk, i)
+                start = time.perf_counter()
+                module.produce(EventView(event, module, consumes, optional))
+                seconds.append(time.perf_counter() - start)
+                patches.append(event.products[key])
+    finally:
+        module.end_job()
     return patches, seconds
 
 
@@ -115,12 +126,10 @@ def make_mode_client(mode: str, threads: int, torch_device: str = "cuda:0") -> I
 
 
 def run_event(client: InferenceClient, patches: np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
-    """What EmTrkMichelId does for one event: every batch in flight together, awaited together."""
-    results = gather([client.infer(MODEL, {"patches": patches[lo:lo + batch_size]})
-                      for lo in range(0, len(patches), batch_size)]).result()
-    em = np.concatenate([r["em_trk_none"] for r in results])
-    michel = np.concatenate([r["michel"] for r in results])
-    return {"track": em[:, 0], "em": em[:, 1], "none": em[:, 2], "michel": michel[:, 0]}
+    """What EmTrkMichelId does for one event (its own requests and scores): every batch in flight
+    together, awaited together."""
+    batches = requests(patches, batch_size)
+    return scores(gather([client.infer(MODEL, inputs) for inputs in batches]).result() if batches else [])
 
 
 def saturation(client: InferenceClient, events: list[np.ndarray], batch_size: int, loops: int) -> float:
@@ -201,9 +210,9 @@ def job_timing(mode: str, path: str, events: int, args: argparse.Namespace, out_
     result = Process(cfgmod.load("protodune", overrides)).run(progress=False)
     report = result.timing.report()
     modules = {m["label"]: m for m in report["modules"]}
-    pre = modules["patches"]["wall_ms_per_event"]
+    pre = modules[PREPROCESSING]["wall_ms_per_event"]
     ml = modules["emtrkmichel"]["wall_ms_per_event"] + modules["emtrkmichel"]["wait_ms_per_event"]
-    other = sum(m["wall_ms_per_event"] for label, m in modules.items() if label not in ("patches", "emtrkmichel"))
+    other = sum(m["wall_ms_per_event"] for label, m in modules.items() if label not in (PREPROCESSING, "emtrkmichel"))
     wall = 1000 * report["wall_s"] / max(1, report["events"])
     return {"mode": mode, "events": report["events"], "wall_ms_per_event": wall, "preprocessing_ms": pre,
             "inference_ms": ml, "other_modules_ms": other, "io_and_framework_ms": wall - pre - ml - other}
@@ -331,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
         generate(path, args.events, args.scale, seed=args.seed)
         generation_s = time.perf_counter() - start
         print(f"generated {args.events} {args.scale} events in {generation_s:.1f} s", flush=True)
-    events, pre_times = read_patches(path, args.events, PatchSpec())
+    events, pre_times = read_patches(path, args.events)
     preprocessing_s = statistics.median(pre_times[1:] or pre_times)
     print(f"{len(events)} events, {np.mean([len(e) for e in events]):.0f} patches/event, "
           f"preprocessing {1000 * preprocessing_s:.0f} ms/event", flush=True)
