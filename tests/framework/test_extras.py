@@ -17,8 +17,11 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 @pytest.fixture
 def without(monkeypatch):
-    """Makes ``import NAME`` fail as if the package were not installed (``None`` in ``sys.modules``)."""
+    """Makes ``import NAME`` fail as if the package were not installed (``None`` in ``sys.modules``), also for
+    its submodules that earlier tests imported (they would be found in ``sys.modules`` without their parent)."""
     def hide(name: str) -> None:
+        for loaded in [m for m in sys.modules if m.startswith(name + ".")]:
+            monkeypatch.setitem(sys.modules, loaded, None)
         monkeypatch.setitem(sys.modules, name, None)
     return hide
 
