@@ -328,11 +328,19 @@ class TritonServer:
             if self.process.poll() is not None:
                 raise InferenceError(f"Triton server on {self.grpc_url} exited (code {self.process.returncode}) "
                                      f"while starting; log {self.log_path}:\n{self.startup_problems()}")
-            if self.ready():
+            if self.ready() and self._all_bound():
                 return
             time.sleep(0.1)
         raise InferenceError(f"Triton server on {self.grpc_url} not ready after {self.startup_timeout:.0f} s; "
                              f"log {self.log_path}:\n{self.log_tail()}")
+
+    def _all_bound(self) -> bool:
+        """Every endpoint listens. Triton answers health checks once HTTP is up but starts metrics after it, and
+        exits when that port was taken meanwhile (a free port another process grabbed between our choice and
+        its bind): until all are bound, "ready" may be a server on its way out. Where sockets cannot be read
+        (no /proc), readiness alone decides."""
+        bound = self.bound()
+        return all(bound.values()) or not any(bound.values())
 
     def ready(self) -> bool:
         """True when the server answers and every model is loaded (HTTP ``/v2/health/ready``)."""

@@ -231,3 +231,37 @@ def test_a_server_whose_python_has_numpy_2_serves_the_same_numbers(tmp_path, rng
         served = _infer(server.grpc_url, "demo_mlp", x).as_numpy("probs")
     assert served.shape == (37, 4)
     np.testing.assert_allclose(served, _infer_direct("demo_mlp", DEMO_REPOSITORY, x), rtol=0, atol=1e-5)
+
+
+def test_a_port_taken_between_choice_and_bind_is_retried_until_every_endpoint_listens(tmp_path, monkeypatch):
+    # six jobs starting fallbacks at once: a metrics port we chose was taken before Triton bound it. Triton
+    # had answered health checks over HTTP already and then exited, so the job's server was gone (chaos test)
+    import socket
+
+    from sonic_hep.framework.inference import server as server_module
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    chosen = server_module.free_port
+    calls = []
+
+    def metrics_port_taken_on_the_first_try(host: str = "127.0.0.1") -> int:
+        calls.append(host)
+        return taken if len(calls) == 3 else chosen(host)  # grpc, http, metrics: the first metrics port
+
+    monkeypatch.setattr(server_module, "free_port", metrics_port_taken_on_the_first_try)
+    try:
+        with TritonServer([DEMO_REPOSITORY], models=["demo_sum"], workdir=tmp_path / "work") as server:
+            assert len(calls) == 6, "the start was not retried with new ports"
+            bound = server.bound()
+            assert all(bound.values()), bound
+            assert server.ports["metrics"] != taken and server.alive()
+            client = grpcclient.InferenceServerClient(server.grpc_url)
+            try:
+                assert client.is_server_live()
+            finally:
+                client.close()
+    finally:
+        holder.close()
