@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
 import sonic_hep.modules.common.collections  # noqa: F401 - registers the module types used in-process
@@ -14,7 +13,7 @@ import sonic_hep.modules.common.testing  # noqa: F401
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from tests.grid.samples import write_nano
-from tests.polling import wait_for  # noqa: F401 - the grid tests import it from here
+from tests.polling import gone, wait_for  # wait_for: the grid tests import it from here too
 
 SIZES = (120, 80, 100)
 
@@ -66,12 +65,6 @@ def submit_and_wait(config: Path, output_dir: Path, inputs: list[Path] | None = 
 
 def drivers_gone(task_dir: Path, timeout: float = 60.0) -> None:
     """Waits until every driver process of a local or dask task has exited (none is left behind)."""
-    def gone(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
     for record in task_dir.glob("logs/driver-*.json"):
         pid = json.loads(record.read_text())["pid"]
         wait_for(lambda pid=pid: gone(pid), timeout, f"driver {pid} to exit")

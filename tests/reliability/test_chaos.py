@@ -23,7 +23,7 @@ from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.workflows.bench.reliability import answered, has_server_child
 from sonic_hep.workflows.compare import compare_files
-from tests.polling import wait_for
+from tests.polling import processes_mentioning, wait_for
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -36,22 +36,6 @@ SETTINGS = [f"source.events={EVENTS}", "options.progress=false", f"services.infe
 
 def sonic_run(*args: str) -> list[str]:
     return [sys.executable, "-m", "sonic_hep.workflows.cli", "run", "demo_inference", "--no-progress", "-q", *args]
-
-
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that mention ``text`` (a job's folders): servers left behind."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(f"{entry.name}: {cmdline[:200]}")
-    return found
 
 
 def shm_of(pids: list[int]) -> list[str]:

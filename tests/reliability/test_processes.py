@@ -31,7 +31,7 @@ from sonic_hep.framework.inference.private_memory import preload_library
 from sonic_hep.framework.inference.server import OWNER_FILE, STUB_SHM_PATTERN, TritonServer, sweep_stale_workdirs
 from sonic_hep.framework.inference.shm import CLIENT_SHM_PATTERN, SharedMemoryPool
 from sonic_hep.framework.inference.sockets import listening_table
-from tests.polling import read_line, wait_for
+from tests.polling import processes_mentioning, read_line, wait_for
 
 pytestmark = pytest.mark.triton
 
@@ -58,18 +58,6 @@ JOB = textwrap.dedent("""
         os.abort()
     sys.stdin.readline()
 """)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """Living (non-zombie) processes whose command line contains ``text`` (the server and its stubs)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        process = ProcessId.of(int(entry))
-        if process is not None and any(text in arg for arg in process.cmdline):
-            found.append(process.pid)
-    return found
 
 
 @pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM", "SIGINT", "crash"])

@@ -23,7 +23,7 @@ import uproot
 import yaml
 
 from tests.framework.conftest import write_nano
-from tests.polling import wait_for
+from tests.polling import gone, wait_for
 
 SONIC = [sys.executable, "-m", "sonic_hep.workflows.cli"]
 
@@ -48,13 +48,6 @@ def error_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith("sonic")]
     assert len(lines) == 1, stderr
     return lines[0]
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 @pytest.mark.triton
