@@ -50,16 +50,28 @@ def error_line(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.triton
-def test_sigterm_stops_like_sigint_and_stops_the_managed_server(tmp_path):
-    out = tmp_path / "out.root"
-    proc = subprocess.Popen([*SONIC, "run", "demo_inference", "--inference", "sonic", "-o", str(out), "--no-progress",
-                             "-p", "source.events=10000000", "-p", "options.streams=2"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def sonic_job(args: list[str], cwd: Path, stdout: int = subprocess.PIPE) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """A ``sonic`` process whose stderr lines collect as they come (to wait for a log line); killed if the test
+    leaves it running, and its stderr read to the end before the block returns."""
+    proc = subprocess.Popen([*SONIC, *args], cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
     try:
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=10)
+
+
+@pytest.mark.triton
+def test_sigterm_stops_like_sigint_and_stops_the_managed_server(tmp_path):
+    out = tmp_path / "out.root"
+    with sonic_job(["run", "demo_inference", "--inference", "sonic", "-o", str(out), "--no-progress",
+                    "-p", "source.events=10000000", "-p", "options.streams=2"], tmp_path) as (proc, lines):
         wait_for(lambda: any("Triton server ready" in line for line in lines) or proc.poll() is not None, 120,
                  "the managed server")
         ready = next((re.search(r"Triton server ready\b.*?\bpid (\d+)", line) for line in lines
@@ -70,11 +82,6 @@ def test_sigterm_stops_like_sigint_and_stops_the_managed_server(tmp_path):
         time.sleep(1.0)  # events in flight on the server
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=10)
     stderr = "".join(lines)
     assert proc.returncode == 143, stderr
     assert re.search(r"stopped by SIGTERM after \d+ events; no output was written", stderr)
@@ -87,14 +94,9 @@ def test_sigterm_stops_like_sigint_and_stops_the_managed_server(tmp_path):
 def test_sigterm_while_the_managed_server_starts_leaves_no_process(tmp_path):
     """The signal lands while the job waits for its server (and the server starts its Python stubs): the
     half-started server goes with its stubs, not only the server process (its stubs were orphaned)."""
-    proc = subprocess.Popen([*SONIC, "run", "demo_inference", "--inference", "sonic", "-o", str(tmp_path / "out.root"),
-                             "--no-progress", "-p", "source.events=100000"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
     family: set[int] = set()
-    try:
+    with sonic_job(["run", "demo_inference", "--inference", "sonic", "-o", str(tmp_path / "out.root"),
+                    "--no-progress", "-p", "source.events=100000"], tmp_path, stdout=subprocess.DEVNULL) as (proc, lines):
         wait_for(lambda: any("starting a local fallback" in line for line in lines) or proc.poll() is not None, 120,
                  "the server start")
         deadline = time.monotonic() + 0.4
@@ -107,11 +109,6 @@ def test_sigterm_while_the_managed_server_starts_leaves_no_process(tmp_path):
                 family |= {child.pid for child in psutil.Process(proc.pid).children(recursive=True)}
             time.sleep(0.02)
         proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(timeout=10)
     assert proc.returncode == 143, "".join(lines)
     assert family, "the job started no process"
     wait_for(lambda: all(gone(pid) for pid in family), 30,
