@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InferenceError, did_you_mean
-from .breaker import Action, Breaker, BreakerSettings, Event, event_for
+from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection, ServerSpec
 from .repository import ModelInfo, ModelRepository, config_checksums
 from .triton_errors import NoServerError, RequestError
@@ -289,8 +289,20 @@ class ServerPool:
         with self._lock:
             if model in self._infos:
                 return self._infos[model]
-        connection = self.choose(model)
-        info = self._server_infos.get((connection.address, model)) or connection.model_info(model)
+        # A server that dies between the job's start and its first request of the model must not fail the
+        # event: its silence counts against it like a request's, and the next server (or the fallback) is asked.
+        exclude: set[str] = set()
+        while True:
+            connection = self.choose(model, frozenset(exclude))
+            try:
+                info = self._server_infos.get((connection.address, model)) or connection.model_info(model)
+                break
+            except RequestError as err:
+                if err.status not in FAILURE_STATUSES:
+                    raise
+                log.warning("failing over: %s", err.args[0])
+                self.record(connection, err.status, err.args[0])
+                exclude.add(connection.address)
         with self._lock:
             self._infos[model] = info
         return info

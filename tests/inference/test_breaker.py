@@ -244,3 +244,36 @@ def test_at_the_end_a_server_out_of_rotation_is_neither_asked_for_statistics_nor
     assert pool.statistics()["hung:1"]["m"]["requests"] == 4 and asked == []  # what was seen last
     pool.close()
     assert hung.closed_with == 0.0 and good.closed_with is None
+
+
+def test_a_server_gone_before_the_first_request_of_a_model_is_passed_over_for_its_config():
+    # chaos run: a job probed both servers at its start, one was killed before its first event, and the config
+    # lookup in the first acquire failed the event with UNAVAILABLE instead of asking the next server
+    dead, good = FakeServer("dead:1"), FakeServer("good:1")
+
+    def refused(model: str, version: str = ""):
+        raise RequestError(model, "dead:1", "UNAVAILABLE", "connection refused", "failover")
+
+    dead.model_info = refused
+    good.model_info = lambda model, version="": SimpleNamespace(name=model)
+    pool = pool_of(dead, good)
+    try:
+        assert pool.model_info("m").name == "m"
+        assert pool.states[0].breaker.failures == 1  # the refusal counts against the dead server
+    finally:
+        pool.close()
+
+
+def test_a_config_lookup_refused_for_the_request_itself_is_not_retried_elsewhere():
+    server = FakeServer("a:1")
+
+    def invalid(model: str, version: str = ""):
+        raise RequestError(model, "a:1", "INVALID_ARGUMENT", "bad version", "fatal")
+
+    server.model_info = invalid
+    pool = pool_of(server, FakeServer("b:1"))
+    try:
+        with pytest.raises(RequestError, match="bad version"):
+            pool.model_info("m")
+    finally:
+        pool.close()

@@ -46,10 +46,16 @@ def shm_of(pids: list[int]) -> list[str]:
             if (m := pattern.match(p.name)) and int(m.group(1)) in pids]
 
 
+def took_out(log: Path, addresses: tuple[str, ...]) -> bool:
+    """Whether the job's log says each of ``addresses`` left its rotation."""
+    text = log.read_text()
+    return all(f"Triton server {address} out of rotation" in text for address in addresses)
+
+
 def test_six_jobs_survive_a_killed_and_a_stopped_server(tmp_path):
-    outputs, timings = tmp_path / "outputs", tmp_path / "timings"
-    outputs.mkdir()
-    timings.mkdir()
+    outputs, timings, logs = tmp_path / "outputs", tmp_path / "timings", tmp_path / "logs"
+    for folder in (outputs, timings, logs):
+        folder.mkdir()
     direct = tmp_path / "direct.root"
     subprocess.run(sonic_run("-o", str(direct), *[f"-p={s}" for s in SETTINGS]), check=True, timeout=120,
                    capture_output=True)
@@ -65,7 +71,8 @@ def test_six_jobs_survive_a_killed_and_a_stopped_server(tmp_path):
             args = ["-o", str(outputs / f"job-{i}.root"), "--timing-json", str(timings / f"job-{i}.json"),
                     "--inference", "sonic", "--server", first.grpc_url, "--server", second.grpc_url,
                     *[f"-p={s}" for s in SETTINGS], f"-p={fallback}"]
-            jobs.append(subprocess.Popen(sonic_run(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            with open(logs / f"job-{i}.log", "w") as log:  # a file, so the test can read it while the job runs
+                jobs.append(subprocess.Popen(sonic_run(*args), stdout=subprocess.DEVNULL, stderr=log, text=True))
 
         # the fault schedule, each step once every job is where the step should hurt
         wait_for(lambda: answered(first) >= 300 and answered(second) >= 300, 90, "both servers in use")
@@ -76,15 +83,20 @@ def test_six_jobs_survive_a_killed_and_a_stopped_server(tmp_path):
         assert len(running) == JOBS, "a job ended before the faults: raise EVENTS"
         wait_for(lambda: all(job.poll() is not None or has_server_child(job.pid) for job in jobs), 90,
                  "every job to start its fallback server")
+        # A job can fall back before it takes both servers out (one request that failed on each is enough);
+        # its statistics refresh then finds the dead and the silent one. Recovery before that would let a
+        # server come back unnoticed, so the schedule waits for each job to say it took both out.
+        wait_for(lambda: all(took_out(logs / f"job-{i}.log", (first.grpc_url, second.grpc_url)) or job.poll() is not None
+                             for i, job in enumerate(jobs)), 90, "every job to take both servers out of rotation")
         os.kill(second.pid, signal.SIGCONT)
         stopped = False
         restarted = TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "restarted",
                                  grpc_port=first.ports["grpc"], http_port=first.ports["http"],
                                  metrics_port=first.ports["metrics"]).start()
 
-        results = [job.communicate(timeout=180) for job in jobs]
-        for i, (job, (_, stderr)) in enumerate(zip(jobs, results)):
-            assert job.returncode == 0, f"job {i} exited {job.returncode}:\n{stderr[-3000:]}"
+        for i, job in enumerate(jobs):
+            job.wait(timeout=180)
+            assert job.returncode == 0, f"job {i} exited {job.returncode}:\n{(logs / f'job-{i}.log').read_text()[-3000:]}"
         for i in range(JOBS):
             comparison = compare_files(str(direct), str(outputs / f"job-{i}.root"))
             assert comparison.equal, f"job {i}: {comparison.summary()}"
