@@ -56,7 +56,7 @@ from ..errors import InferenceError
 from . import runtime_repository
 from .owner import ProcessId, sweep_shared_memory
 from .private_memory import make_private, preload_library
-from .repository import ModelRepository
+from .repository import ModelInfo, ModelRepository
 from .sockets import bind_problem, is_loopback, listening
 from .spawner import spawn
 from .triton_install import backend_directory, find_install, python_runtime, server_environment
@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 _LIVE: weakref.WeakSet[TritonServer] = weakref.WeakSet()
 _numbers = itertools.count()
 
+#: what serves ``onnxruntime_onnx`` models (see ``TritonServer``'s ``backend``)
+BACKEND_CHOICES = ("auto", "native", "python")
 #: the work folders we create: ``<temp>/sonic-triton-*``, each with an owner record
 WORKDIR_PREFIX = "sonic-triton-"
 OWNER_FILE = "sonic-owner.json"
@@ -113,6 +115,9 @@ class TritonServer:
         startup_timeout (float): seconds to wait for readiness.
         cpus (Iterable[int] | None): CPU cores the server (and its python stubs) may run on, so that
             a server sharing a node with jobs gets cores of its own (default: all of this process's).
+        backend (str): what serves ``onnxruntime_onnx`` models: "native" (the compiled backend,
+            ``backends/native``; an error when it cannot be built), "python" (the python-based one) or
+            "auto" (native where it builds, else python-based after a one-line notice).
     """
 
     def __init__(self, repository: ModelRepository | Iterable[str | os.PathLike], *, models: list[str] | None = None,
@@ -123,9 +128,11 @@ class TritonServer:
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, model_control: str = "none",
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | None = None,
-                 keep_workdir: bool | None = None):
+                 keep_workdir: bool | None = None, backend: str = "auto"):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
+        if backend not in BACKEND_CHOICES:
+            raise InferenceError(f"server backend must be one of {', '.join(BACKEND_CHOICES)}, not {backend!r}")
         if model_control not in ("none", "explicit"):
             raise InferenceError(f"model_control must be 'none' or 'explicit', not {model_control!r}")
         if bool(tls_cert) != bool(tls_key) or (tls_root_cert and not tls_cert):
@@ -147,6 +154,9 @@ class TritonServer:
         self._fixed_ports = {"grpc": grpc_port, "http": http_port, "metrics": metrics_port}
         self.ports: dict[str, int] = {}
         self.device = device
+        self.backend = backend
+        #: which backend serves each served model ("onnxruntime (native)", "python", ...), set by start()
+        self.model_backends: dict[str, str] = {}
         self.python = python_runtime(python)
         self.extra_env = dict(env or {})
         self.backends = backends
@@ -233,7 +243,9 @@ class TritonServer:
         shutil.rmtree(repo_dir, ignore_errors=True)
         served = runtime_repository.prepare(self.repository, repo_dir, self.models, self.device)
         self.served = [info.name for info in served]
-        backend_dir = backend_directory(self.workdir / "backends", self.python, self.backends)
+        native = self._native_library(served)
+        self.model_backends = {info.name: model_backend(info, native is not None) for info in served}
+        backend_dir = backend_directory(self.workdir / "backends", self.python, self.backends, native_library=native)
         for attempt in range(3):
             self.ports = {k: v or free_port(self.hosts[k]) for k, v in self._fixed_ports.items()}
             self._spawn(repo_dir, backend_dir)
@@ -262,6 +274,26 @@ class TritonServer:
         log.info("Triton server ready, pid %d, listening on %s; models %s; log %s", self.pid, endpoints,
                  self.served, self.log_path)
         return self
+
+    def _native_library(self, served: list[ModelInfo]) -> Path | None:
+        """The native onnxruntime backend library when this server uses it (``backend``), else None.
+
+        Built only when a served model maps to the onnxruntime backend. With ``backend="auto"`` a library
+        that cannot be built (no compiler, no onnxruntime library) means the python-based backend, said
+        in one line; with ``"native"`` it is an error.
+        """
+        if self.backend == "python" or not any(serves_with_onnxruntime(info) for info in served):
+            return None
+        from .backends.native.build import NativeUnavailable, native_library
+
+        try:
+            return native_library(self.python)
+        except NativeUnavailable as err:
+            if self.backend == "native":
+                raise InferenceError(f"the native onnxruntime backend is not available: {err}") from None
+            log.warning("native onnxruntime backend unavailable (%s); ONNX models are served by the python-based "
+                        "backend", err)
+            return None
 
     def _check_fixed_ports(self) -> None:
         for kind, port in self._fixed_ports.items():
@@ -472,7 +504,7 @@ class TritonServer:
                 "mutual_tls": bool(self.tls["root"]), "http": self.http_url, "metrics": self.metrics_url,
                 "bound": self.bound(), "models": self.served, "device": self.device,
                 "python": self.python.executable, "log": str(self.log_path), "workdir": str(self.workdir),
-                "cpus": self.cpus}
+                "cpus": self.cpus, "backend": self.backend, "model_backends": self.model_backends}
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -483,6 +515,19 @@ class TritonServer:
     def __repr__(self) -> str:
         where = self.grpc_url if self.ports else "not started"
         return f"TritonServer({where}, models={self.served or self.models})"
+
+
+def serves_with_onnxruntime(info: ModelInfo) -> bool:
+    """True when Triton maps the model to the ``onnxruntime`` backend (its platform or backend says so)."""
+    return info.config.platform == "onnxruntime_onnx" or info.config.backend == "onnxruntime"
+
+
+def model_backend(info: ModelInfo, native: bool) -> str:
+    """What serves ``info`` on a server: "onnxruntime (native)", "onnxruntime (python-based)", "python",
+    "ensemble", or the config's backend/platform for anything else."""
+    if serves_with_onnxruntime(info):
+        return "onnxruntime (native)" if native else "onnxruntime (python-based)"
+    return info.config.backend or info.config.platform or "?"
 
 
 def parse_cpus(text: str) -> list[int]:

@@ -13,7 +13,8 @@
         # sonic
         servers: []                  # "host:port" or {address, port, ssl, root_certificates, ...}; --server
         fallback: true               # start a local Triton server when no server has a model
-        fallback_server: {}          # options of that server: ort_threads, python, device, startup_timeout ...
+        fallback_server: {}          # options of that server: ort_threads, python, device, startup_timeout,
+                                     # backend (auto | native | python: what serves ONNX models) ...
         timeout_s: 60                # per request
         allowed_tries: 3             # per request and server, before failing over
         breaker_threshold: 3         # consecutive deadlines/unreachable answers that take a server out of rotation
@@ -79,12 +80,18 @@ class InferenceConfig:
                 raise ConfigError(f"unknown fallback server option{did_you_mean(key, FALLBACK_SERVER_OPTIONS)}; "
                                   f"known: {sorted(FALLBACK_SERVER_OPTIONS)}",
                                   key=f"services.inference.fallback_server.{key}")
+        backend = config.fallback_server.get("backend", "auto")
+        if backend not in SERVER_BACKENDS:
+            raise ConfigError(f"must be one of {', '.join(SERVER_BACKENDS)}, not {backend!r}",
+                              key="services.inference.fallback_server.backend")
         return config
 
 
 #: the options of ``fallback_server`` (passed on to the local server it starts)
 FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python", "device", "startup_timeout", "log_verbose", "workdir",
-                                     "env", "models", "host", "backends"})
+                                     "env", "models", "host", "backends", "backend"})
+#: values of ``fallback_server.backend`` (the same as ``TritonServer``'s ``backend``; checked here to name the key)
+SERVER_BACKENDS = ("auto", "native", "python")
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

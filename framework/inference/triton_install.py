@@ -6,7 +6,8 @@ python stub per Python version. Serving ONNX models through it needs a *backend 
     <backend-directory>/python/libtriton_python.so            a real file (a symlink is refused)
     <backend-directory>/python/triton_python_backend_stub     the stub for the server python's version
     <backend-directory>/python/triton_python_backend_utils.py
-    <backend-directory>/onnxruntime/                          our python-based onnxruntime backend
+    <backend-directory>/onnxruntime/                          our python-based onnxruntime backend, or a
+                                                              folder holding the native libtriton_onnxruntime.so
 
 plus an environment where the stub finds its interpreter: the server python's ``bin/`` first on
 ``PATH``, and ``LD_LIBRARY_PATH`` reaching the wheel's bundled libraries and, for a non-system python
@@ -30,6 +31,8 @@ from ..extras import require
 
 #: our python-based backends (folder name = backend name Triton maps a platform to)
 BACKENDS = Path(__file__).resolve().parent / "backends"
+#: the backend name Triton maps ``platform: "onnxruntime_onnx"`` to (python-based or native)
+NATIVE_BACKEND = "onnxruntime"
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,17 @@ def python_runtime(executable: str | None = None) -> PythonRuntime:
     return PythonRuntime(executable, version, libdir)
 
 
-def backend_directory(dest: str | os.PathLike, python: PythonRuntime, extra_backends: dict[str, Path] | None = None) -> Path:
+def backend_directory(dest: str | os.PathLike, python: PythonRuntime, extra_backends: dict[str, Path] | None = None,
+                      native_library: Path | None = None) -> Path:
     """Lays out a backend directory in ``dest`` (see the module docstring) and returns it.
 
     Args:
         dest: an empty or existing folder (one per server; it is cheap: one 1.4 MB copy, links otherwise).
         python: the interpreter the python stub will run.
         extra_backends: more python-based backends, ``{backend name: folder holding model.py}``.
+        native_library: the compiled native onnxruntime backend (``backends/native/build.py``); when given,
+            ``onnxruntime/`` holds a copy of it instead of the python-based backend (Triton refuses a backend
+            library reached through a link out of the backend directory).
     """
     install = find_install()
     dest = Path(dest)
@@ -127,6 +134,13 @@ def backend_directory(dest: str | os.PathLike, python: PythonRuntime, extra_back
     _link(install.stub(python.version), python_dir / "triton_python_backend_stub")
     backends = {p.name: p for p in BACKENDS.iterdir() if (p / "model.py").exists()}
     backends.update(extra_backends or {})
+    if native_library is not None:
+        backends.pop(NATIVE_BACKEND, None)
+        folder = dest / NATIVE_BACKEND
+        if folder.is_symlink():
+            folder.unlink()
+        folder.mkdir(exist_ok=True)
+        shutil.copy2(native_library, folder / f"libtriton_{NATIVE_BACKEND}.so")
     for name, folder in backends.items():
         _link(Path(folder).resolve(), dest / name)
     return dest
@@ -152,5 +166,8 @@ def _link(target: Path, link: Path) -> None:
     if link.is_symlink() or link.exists():
         if link.is_symlink() and Path(os.readlink(link)) == target:
             return
-        link.unlink()
+        if link.is_dir() and not link.is_symlink():  # a native backend's folder from an earlier start
+            shutil.rmtree(link)
+        else:
+            link.unlink()
     link.symlink_to(target)

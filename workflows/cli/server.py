@@ -114,7 +114,7 @@ def start(args: argparse.Namespace) -> int:
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
                           model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
-                          cpus=parse_cpus(args.cpus) if args.cpus else None)
+                          cpus=parse_cpus(args.cpus) if args.cpus else None, backend=args.backend)
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -133,6 +133,7 @@ def start(args: argparse.Namespace) -> int:
                                       "supervisor_pid": os.getpid(), "started": time.time()}))
         print(f"Triton server ready: grpc {server.grpc_url}  {_banner(server)}")
         print(f"models: {', '.join(server.served)}")  # exposure warnings: logged by server.start()
+        print(f"backends: {_backend_summary(server.model_backends)}")
         print(f"log: {server.log_path}   (Ctrl-C or `sonic server stop {server.grpc_url}` stops it)", flush=True)
         while not stop_requested and server.alive():
             time.sleep(0.2)
@@ -148,6 +149,14 @@ def start(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("Triton server stopped", file=sys.stderr)
+
+
+def _backend_summary(model_backends: dict[str, str]) -> str:
+    """``onnxruntime (native): a, b; python: c`` — which backend serves which models."""
+    by_backend: dict[str, list[str]] = {}
+    for model, backend in model_backends.items():
+        by_backend.setdefault(backend, []).append(model)
+    return "; ".join(f"{backend}: {', '.join(models)}" for backend, models in sorted(by_backend.items())) or "none"
 
 
 def _banner(server: TritonServer) -> str:
@@ -231,10 +240,13 @@ def status(args: argparse.Namespace) -> int:
         finally:
             client.close()
         print(f"{address}: {'live' if live else 'not live'}, Triton {metadata.version}, {len(index)} models")
-        print(f"  {'model':<28} {'version':>7}  state")
+        # which backend serves a model: known for servers started here (their record); "-" for others
+        backends = records.get(address, {}).get("model_backends") or {}
+        print(f"  {'model':<28} {'version':>7}  {'backend':<26} state")
         for model in index:
             reason = f" ({model.reason})" if model.reason else ""
-            print(f"  {model.name:<28} {model.version or '-':>7}  {model.state or 'UNAVAILABLE'}{reason}")
+            print(f"  {model.name:<28} {model.version or '-':>7}  {backends.get(model.name, '-'):<26} "
+                  f"{model.state or 'UNAVAILABLE'}{reason}")
     return 1 if failures else 0
 
 
@@ -282,6 +294,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-workdir", action="store_true",
                    help="keep the work folder after a clean stop (also: SONIC_HEP_KEEP_WORKDIR=1)")
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
+    p.add_argument("--backend", choices=("auto", "native", "python"), default="auto",
+                   help="what serves onnxruntime_onnx models: the compiled native backend, the python-based one, "
+                        "or auto (native where it builds, else python-based with a notice)")
     p.add_argument("--cpus", metavar="LIST", help="pin the server to these cores (e.g. 0-7,12), leaving the rest to jobs")
     p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
