@@ -115,8 +115,10 @@ class Timing:
         """Everything as a JSON-ready dict."""
         elapsed = self.elapsed
         cpu = (self.cpu_stop or time.process_time()) - self.cpu_start
+        with self._lock:
+            threads = len(self._tables)  # threads that ran module code: a planner divides module time by it
         return {"events": self.events, "wall_s": elapsed, "cpu_s": cpu,
-                "events_per_s": self.events / elapsed if elapsed > 0 else 0.0,
+                "events_per_s": self.events / elapsed if elapsed > 0 else 0.0, "threads": threads,
                 "modules": [m.as_dict(self.events) for m in self.per_module], **self.sections}
 
     def to_json(self) -> str:

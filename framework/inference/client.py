@@ -185,14 +185,28 @@ def assemble(info: ModelInfo, parts: list[dict[str, np.ndarray]], ragged: bool =
     return out
 
 
+def payload_bytes(tensors: Mapping[str, np.ndarray]) -> int:
+    """Tensor bytes of one request's inputs or one answer's outputs (what a planner multiplies by the
+    event rate to size a network link; message framing is not counted)."""
+    return sum(int(np.asarray(array).nbytes) for array in tensors.values())
+
+
 @dataclass
 class ModelCounters:
-    """Client-side counters of one model: requests, rows (batch entries) and time."""
+    """Client-side counters of one model: requests, rows (batch entries), time and bytes.
+
+    ``bytes_sent`` / ``bytes_received`` are tensor bytes per request as each implementation defines
+    them (direct: what the requests would carry; SONIC: what was put on the wire or in shared memory,
+    ``shm_bytes`` of it in shared memory).
+    """
 
     calls: int = 0
     requests: int = 0
     rows: int = 0
     seconds: float = 0.0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    shm_bytes: int = 0
     failures: int = 0
     retries: int = 0
     failovers: int = 0

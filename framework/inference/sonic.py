@@ -45,7 +45,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..futures import gather
-from .client import Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, split_requests
+from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
+                     split_requests)
 from .breaker import BreakerSettings
 from .connection import ServerConnection, ServerSpec
 from .repository import ModelInfo, ModelRepository
@@ -168,6 +169,7 @@ class SonicClient(InferenceClient):
             self._fail_over(attempt, connection)
             return self._send(attempt)
         self.counters.count_server(attempt.info.name, connection.address)
+        self._count_bytes(attempt, connection, sent=attempt.inputs)
         connection.send(attempt.info, attempt.inputs, attempt.outputs).add_done_callback(
             lambda fut: self._done(attempt, connection, sent, fut))
         return attempt.result
@@ -188,6 +190,7 @@ class SonicClient(InferenceClient):
         if self.pool.record(connection, status, str(err) if err else "") in ("open", "reopen"):
             self._abandon(connection)
         if err is None:
+            self._count_bytes(attempt, connection, received=fut.result())
             attempt.result.set_result(fut.result())
             return
         model = attempt.info.name
@@ -206,6 +209,17 @@ class SonicClient(InferenceClient):
             self._fail_over(attempt, connection)
             log.warning("failing over: %s", err)
         self._resend(attempt, err)
+
+    def _count_bytes(self, attempt: _Attempt, connection: ServerConnection, sent: dict[str, np.ndarray] | None = None,
+                     received: dict[str, np.ndarray] | None = None) -> None:
+        """Tensor bytes of one request as sent (every try counts: each crossed the wire) or of its answer;
+        those in system shared memory (the connection stages a request there when it has a pool and the
+        inputs reach its threshold, and fixed-size outputs come back there too) also count as ``shm_bytes``."""
+        size = payload_bytes(sent if sent is not None else received or {})
+        pool = getattr(connection, "shm", None)
+        staged = pool is not None and payload_bytes(attempt.inputs) >= getattr(connection, "shm_min_bytes", 0)
+        key = "bytes_sent" if sent is not None else "bytes_received"
+        self.counters.add(attempt.info.name, **{key: size, "shm_bytes": size if staged else 0})
 
     def _fail_over(self, attempt: _Attempt, connection: ServerConnection) -> None:
         attempt.failed.add(connection.address)

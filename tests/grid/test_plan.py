@@ -48,6 +48,11 @@ def test_measurement_from_a_direct_run(tmp_path):
     jets = int(uproot.open(output)["Events"]["nToyJet"].array(library="np").sum())
     assert got.rows_per_event == {"demo_mlp": pytest.approx(jets / 60)}
     assert bytes_from_repository(got.rows_per_event, [str(REPOSITORY)])[0] == pytest.approx(jets / 60 * 96)
+    # the direct client counts what its requests would carry: x (16 float32) in, the "probs" the tagger asks
+    # for (4 float32) out; the repository's shapes count every output ("logits" too), an upper bound
+    report_models = report["inference"]["models"]["demo_mlp"]
+    assert report_models["bytes_sent"] == jets * 16 * 4 and report_models["bytes_received"] == jets * 4 * 4
+    assert got.bytes_per_event == pytest.approx(jets / 60 * 80) and got.sent_fraction == pytest.approx(0.8)
 
     twice = measure([timing, timing])  # several reports: per-event figures are averages over all events
     assert twice.events == 120 and twice.other_s_per_event == pytest.approx(got.other_s_per_event)
@@ -68,6 +73,11 @@ def test_a_shipped_repository_is_found_from_any_directory(tmp_path):
                       ["source.events=10", f"output.file={tmp_path / 'out.root'}", "options.streams=1",
                        "options.threads=1"])
     Process(cfg).run(timing_json=str(timing), progress=False)
+    report = json.loads(timing.read_text())
+    for counters in report["inference"]["models"].values():  # a report of a client that counted no bytes
+        for key in ("bytes_sent", "bytes_received", "shm_bytes"):
+            counters.pop(key)
+    timing.write_text(json.dumps(report))
     result = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "plan", str(timing),
                              "--repository", "data/models/demo"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=120)

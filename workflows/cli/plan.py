@@ -9,9 +9,16 @@ Bytes per event come from the inference report's byte counters, or from the meas
 event and the models' shapes (``--repository``; a shipped repository such as ``data/models/miniaod`` is found from
 any working directory), or ``--bytes-per-event``.
 
-Example::
+``--json`` prints the plan as JSON instead of text (``--json FILE`` writes it there and prints the text).
+``--simulate`` adds a discrete-event simulation (``workflows/grid/simulate.py``) of ``--jobs`` jobs on
+``--servers`` servers with the measured times and bytes, for the queues, batching and link load the
+arithmetic leaves out.
+
+Examples::
 
     sonic plan task-cpu/ --server-timing gpu-direct.json --bytes-per-event 15.6e6 --link-gbps 100
+    sonic plan job.json --json                                        # the plan as JSON on stdout
+    sonic plan job.json --simulate --jobs 10 50 100 --servers 2 --max-batch 4 --queue-delay-ms 1
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ...framework.inference.service import resolve_repository
 from ..grid.errors import GridError
-from ..grid.plan import bytes_from_repository, measure, plan, report
+from ..grid.plan import Measurement, Plan, bytes_from_repository, measure, plan, report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +50,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="fraction of the link jobs may use (default: 0.8)")
     parser.add_argument("--server-utilisation", type=float, default=1.0,
                         help="target busy fraction of a server (default: 1.0, saturation)")
-    parser.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
+    parser.add_argument("--latency-ms-per-event", type=float, metavar="MS",
+                        help="a job's wait on inference per event with the server to itself (for the knee; default: "
+                             "the wait in a SONIC job report, else the server time)")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="the plan as JSON: on stdout instead of the text, or written to FILE")
+    sim = parser.add_argument_group("simulation (--simulate)")
+    sim.add_argument("--simulate", action="store_true", help="simulate jobs, servers and the link (see above)")
+    sim.add_argument("--jobs", type=int, nargs="+", metavar="J", help="jobs to simulate (default: around the knee)")
+    sim.add_argument("--servers", type=int, default=1, help="servers (default: 1)")
+    sim.add_argument("--instances", type=int, default=1, help="executions at a time per server (default: 1)")
+    sim.add_argument("--max-batch", type=int, default=1, help="requests per execution, dynamic batching (default: 1)")
+    sim.add_argument("--queue-delay-ms", type=float, default=0.0, help="dynamic batching's queue delay (default: 0)")
+    sim.add_argument("--batch-fixed", type=float, default=0.0,
+                     help="share of a request's server time a batch pays once (default: 0, batching saves nothing)")
+    sim.add_argument("--service-cv", type=float, default=0.0,
+                     help="coefficient of variation of the server time (default: 0, deterministic)")
+    sim.add_argument("--other-cv", type=float, default=0.0, help="coefficient of variation of t_other (default: 0)")
+    sim.add_argument("--requests-per-event", type=float, metavar="R",
+                     help="requests per event (default: measured in the job reports, else 1)")
+    sim.add_argument("--sent-fraction", type=float, default=None,
+                     help="share of the bytes per event that is sent (default: measured, else 1)")
+    sim.add_argument("--events", type=int, default=40, help="events per simulated job (default: 40)")
+    sim.add_argument("--no-link", action="store_true", help="simulate without the link")
     parser.set_defaults(func=main)
 
 
@@ -53,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
     if args.other_ms_per_event is not None:
         other, sources["t_other"] = args.other_ms_per_event / 1000, "given"
     elif job is not None:
-        basis = "wall time (inference remote)" if job.mode == "sonic" else "wall - wait on inference, or module time"
+        basis = "wall - wait on inference, or module time per thread"
         other, sources["t_other"] = job.other_s_per_event, f"job reports: {basis}"
     else:
         raise GridError("give timing reports of the jobs, or --other-ms-per-event")
@@ -78,10 +108,69 @@ def main(args: argparse.Namespace) -> int:
         sources["B"] = "rows per event x bytes per row of " + ", ".join(job.rows_per_event)
         for note in notes:
             print(f"sonic: note: {note}", file=sys.stderr)
-    result = plan(other, server_s, bytes_per_event, args.link_gbps, args.link_utilisation, args.server_utilisation)
-    print(report(result, job, server, sources))
+    latency = None
+    if args.latency_ms_per_event is not None:
+        latency, sources["t_ml"] = args.latency_ms_per_event / 1000, "given"
+    elif job is not None and job.mode == "sonic" and job.wait_s_per_event > 0:
+        latency, sources["t_ml"] = job.wait_s_per_event, "job reports: wait on inference (unloaded only if the job had the server to itself)"
+    result = plan(other, server_s, bytes_per_event, args.link_gbps, args.link_utilisation, args.server_utilisation,
+                  latency)
+    document: dict[str, Any] = {**result.as_dict(), "sources": sources,
+                                "job_reports": list(job.sources) if job else [],
+                                "server_reports": list(server.sources) if server else [],
+                                "measurement": job.__dict__ if job else None}
+    text = report(result, job, server, sources)
+    if args.simulate:
+        document["simulation"] = simulation(args, result, job)
+        text += "\n" + simulation_text(document["simulation"])
+    if args.json == "-":
+        print(json.dumps(document, indent=1, default=list))
+        return 0
+    print(text)
     if args.json:
-        with open(args.json, "w") as stream:
-            json.dump({**result.as_dict(), "sources": sources, "job_reports": list(job.sources) if job else [],
-                       "server_reports": list(server.sources) if server else []}, stream, indent=1)
+        from ...framework.atomic import PendingText
+
+        pending = PendingText(args.json, "plan JSON")
+        try:
+            pending.write(json.dumps(document, indent=1, default=list))
+            pending.commit()
+        except BaseException:
+            pending.abort()
+            raise
     return 0
+
+
+def simulation(args: argparse.Namespace, result: Plan, job: Measurement | None) -> dict[str, Any]:
+    """The simulated scenarios (one per ``--jobs``) from the plan's measured inputs."""
+    from ..grid.simulate import Scenario, from_measurement, simulate
+
+    if not result.server_s_per_event:
+        raise GridError("--simulate needs the server time per event (--server-ms-per-event or reports with it)")
+    requests = args.requests_per_event or (sum(job.requests_per_event.values()) if job and job.requests_per_event else 1.0)
+    fraction = args.sent_fraction if args.sent_fraction is not None else (job.sent_fraction if job else None)
+    settings = from_measurement(result.other_s_per_event, result.server_s_per_event, requests,
+                                result.bytes_per_event, 1.0 if fraction is None else fraction,
+                                servers=args.servers, instances=args.instances, max_batch=args.max_batch,
+                                queue_delay_s=args.queue_delay_ms / 1000, fixed=args.batch_fixed,
+                                service_cv=args.service_cv, other_cv=args.other_cv, events=args.events,
+                                link_gbps=None if args.no_link or not result.bytes_per_event else args.link_gbps)
+    knee = (result.knee_jobs_per_server or 1.0) * args.servers
+    jobs = args.jobs or sorted({max(1, round(knee * f)) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)})
+    runs = [simulate(Scenario(jobs=j, **settings)).as_dict() for j in jobs]
+    return {"settings": settings, "runs": runs}
+
+
+def simulation_text(sim: dict[str, Any]) -> str:
+    settings = sim["settings"]
+    lines = [f"simulation: {settings['servers']} server(s) x {settings['instances']} instance(s), max batch "
+             f"{settings['max_batch']}, {settings['requests']} request(s)/event of {1000 * settings['service_s']:.3f} ms, "
+             f"link {settings['link_gbps'] or 'none'} Gb/s",
+             f"  {'jobs':>6} {'s/event med':>11} {'p90':>9} {'events/s':>9} {'server busy':>11} {'queue ms/req':>12} "
+             f"{'link peak MB/s':>14} {'share per server':>18}"]
+    for run in sim["runs"]:
+        peak = run["peak_link_bytes_per_s"]
+        lines.append(f"  {run['scenario']['jobs']:6d} {run['time_per_event_median']:11.4f} {run['time_per_event_p90']:9.4f} "
+                     f"{run['events_per_s']:9.2f} {100 * max(run['server_utilisation']):10.0f}% "
+                     f"{1000 * run['queue_s_per_request']:12.3f} {'-' if peak is None else f'{peak / 1e6:.1f}':>14} "
+                     f"{' '.join(f'{x:.3f}' for x in run['server_share']):>18}")
+    return "\n".join(lines)

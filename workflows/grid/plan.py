@@ -13,11 +13,12 @@ The seeds' two arguments, as arithmetic on this project's own measurements:
 
 Where the numbers come from (each can also be given by hand, and the report says which was used):
 
-* ``t_other``: timing reports (``sonic run --timing-json``, or a task's job reports). For a SONIC
-  run it is the job's wall time per event, as achieved with the inference remote. For a direct run
-  it is what remains once inference is taken out (the ProtoDUNE way: 330 s per event, of which 220 s
-  inference, leaves 110 s): the wall time minus the wait on inference, or the time the job's
-  threads spent in module code if that is larger (with several streams the waits overlap);
+* ``t_other``: timing reports (``sonic run --timing-json``, or a task's job reports): the job's time
+  per event *not spent waiting on inference*, for direct and SONIC runs alike (the ProtoDUNE way: 330 s
+  per event, of which 220 s inference, leaves 110 s): the wall time minus the external modules' wait,
+  or the module time per thread if that is larger (with several streams the waits overlap other
+  streams' work, and wall − wait would undercount). A SONIC job's wall time would count the wait on a
+  loaded server as "other" work, and so overstate how many jobs a server feeds;
 * ``t_server``: the server-side compute time per event that Triton reports for a SONIC run
   (its statistics are in the timing report), or the wait on inference per event of a one-stream run
   with *direct* inference on the server's device (``--server-timing``), or ``--server-ms-per-event``;
@@ -25,6 +26,13 @@ Where the numbers come from (each can also be given by hand, and the report says
   ``bytes_received`` per model); else the measured rows (batch entries) per event times each
   model's bytes per row from its repository entry (``--repository``, fixed shapes only); else
   ``--bytes-per-event``.
+
+The **knee**: with deterministic times one job takes ``t_other + t_ml`` per event alone (``t_ml``: its
+wait on inference with the server to itself, the server time if not measured), and a server is
+saturated once ``N × t_server`` exceeds that, so the time per event is
+``max(t_other + t_ml, N × t_server / servers)`` and the knee lies at ``N = (t_other + t_ml) / t_server``
+jobs per server (:func:`predicted_time_per_event`). Queues, batching and a link past this
+arithmetic are what ``simulate.py`` is for.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ class Measurement:
         bytes_per_event: bytes sent + received per event by the inference client, when counted.
         server_s_per_event: server compute per event (Triton's statistics of a SONIC run), when reported.
         rows_per_event: batch entries sent per event, per model.
+        requests_per_event: requests sent per event, per model (after splitting at max_batch_size).
+        sent_fraction: bytes sent / (sent + received), when the clients counted both.
         mode: inference mode of the runs (direct, sonic, mixed, or None without inference).
         sources: the reports these came from.
     """
@@ -71,21 +81,25 @@ class Measurement:
     bytes_per_event: float | None = None
     server_s_per_event: float | None = None
     rows_per_event: dict[str, float] = field(default_factory=dict)
+    requests_per_event: dict[str, float] = field(default_factory=dict)
+    sent_fraction: float | None = None
     mode: str | None = None
     sources: tuple[str, ...] = ()
 
 
-def _bytes(inference: Any) -> float | None:
+def _bytes(inference: Any) -> tuple[float, float] | None:
+    """(sent, received) bytes of one report's inference section, None when its client counted none."""
     if not isinstance(inference, dict):
         return None
-    total, found = 0.0, False
+    sent_total, received_total, found = 0.0, 0.0, False
     for model in (inference.get("models") or {}).values():
         for sent, received in BYTE_KEYS:
             if sent in model or received in model:
-                total += float(model.get(sent, 0)) + float(model.get(received, 0))
+                sent_total += float(model.get(sent, 0))
+                received_total += float(model.get(received, 0))
                 found = True
                 break
-    return total if found else None
+    return (sent_total, received_total) if found else None
 
 
 def _server_seconds(inference: Any) -> float | None:
@@ -124,6 +138,12 @@ def bytes_from_repository(rows_per_event: dict[str, float], repositories: list[s
     return (total or None), notes
 
 
+def other_seconds(wall: float, wait: float, module_s: float, threads: int = 1) -> float:
+    """A job's time not spent waiting on inference: wall − wait (exact with one stream), or its module
+    time spread over its threads where that is larger (several streams' waits overlap other work)."""
+    return max(wall - wait, module_s / max(1, threads), 0.0)
+
+
 def measure(paths: list[str | Path]) -> Measurement:
     """Reads timing reports (JSON files, or task directories: their done jobs' ``timing.json``).
 
@@ -146,8 +166,10 @@ def measure(paths: list[str | Path]) -> Measurement:
                 raise GridError(f"cannot read timing report {path}: {err}") from None
     totals = dict.fromkeys(("events", "wall", "cpu", "wait", "inference", "other"), 0.0)
     total_bytes: float | None = 0.0
+    sent_bytes = 0.0
     server: float | None = 0.0
     rows: dict[str, float] = {}
+    requests: dict[str, float] = {}
     modes = set()
     for name, rep in reports:
         n = int(rep.get("events", 0))
@@ -160,16 +182,18 @@ def measure(paths: list[str | Path]) -> Measurement:
                    if m.get("kind") == "external")
         in_calls = sum(float(c.get("seconds", 0.0)) for c in models.values())
         module_s = sum(float(m.get("wall_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", []))
-        other = wall if inference.get("mode") == "sonic" else max(wall - wait, module_s)
+        other = other_seconds(wall, wait, module_s, int(rep.get("threads") or 1))
         for key, value in (("events", n), ("wall", wall), ("cpu", cpu), ("wait", wait), ("inference", in_calls),
-                           ("other", max(other, 0.0))):
+                           ("other", other)):
             totals[key] += value
         counted = _bytes(inference)
-        total_bytes = None if counted is None or total_bytes is None else total_bytes + counted
+        total_bytes = None if counted is None or total_bytes is None else total_bytes + sum(counted)
+        sent_bytes += counted[0] if counted else 0.0
         seconds = _server_seconds(inference)
         server = None if seconds is None or server is None else server + seconds
         for model, counters in models.items():
             rows[model] = rows.get(model, 0.0) + float(counters.get("rows", 0))
+            requests[model] = requests.get(model, 0.0) + float(counters.get("requests", 0))
         modes.add(inference.get("mode"))
     modes.discard(None)
     events = totals["events"]
@@ -177,8 +201,10 @@ def measure(paths: list[str | Path]) -> Measurement:
                        cpu_s_per_event=totals["cpu"] / events, wait_s_per_event=totals["wait"] / events,
                        inference_s_per_event=totals["inference"] / events, other_s_per_event=totals["other"] / events,
                        bytes_per_event=None if not total_bytes else total_bytes / events,
+                       sent_fraction=None if not total_bytes else sent_bytes / total_bytes,
                        server_s_per_event=None if not server else server / events,
                        rows_per_event={model: n / events for model, n in rows.items()},
+                       requests_per_event={model: n / events for model, n in requests.items()},
                        mode=modes.pop() if len(modes) == 1 else ("mixed" if modes else None),
                        sources=tuple(name for name, _ in reports))
 
@@ -193,8 +219,10 @@ class Plan:
     link_gbps: float
     link_utilisation: float
     server_utilisation: float
+    latency_s_per_event: float | None = None
     jobs_per_server: float | None = None
     jobs_per_server_at_target: float | None = None
+    knee_jobs_per_server: float | None = None
     bytes_per_s_per_job: float | None = None
     link_job_cap: int | None = None
     servers_for_link_cap: int | None = None
@@ -205,8 +233,13 @@ class Plan:
 
 
 def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_event: float | None,
-         link_gbps: float = 100.0, link_utilisation: float = 0.8, server_utilisation: float = 1.0) -> Plan:
+         link_gbps: float = 100.0, link_utilisation: float = 0.8, server_utilisation: float = 1.0,
+         latency_s_per_event: float | None = None) -> Plan:
     """The two numbers from per-event times and bytes (see the module docstring for the formulas).
+
+    Args:
+        latency_s_per_event: a job's wait on inference per event with the server to itself (for the
+            knee; the server time when not given).
 
     Example::
 
@@ -217,8 +250,10 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
     result = Plan(other_s_per_event, server_s_per_event, bytes_per_event, link_gbps, link_utilisation,
                   server_utilisation)
     if server_s_per_event:
+        result.latency_s_per_event = latency_s_per_event or server_s_per_event
         result.jobs_per_server = other_s_per_event / server_s_per_event
         result.jobs_per_server_at_target = result.jobs_per_server * server_utilisation
+        result.knee_jobs_per_server = (other_s_per_event + result.latency_s_per_event) / server_s_per_event
     else:
         result.notes.append("no server time per event: give --server-timing or --server-ms-per-event")
     if bytes_per_event:
@@ -231,6 +266,13 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
         result.notes.append("no bytes per event: give --bytes-per-event (or run with an inference client "
                             "that counts bytes)")
     return result
+
+
+def predicted_time_per_event(jobs: float | np.ndarray, other_s: float, latency_s: float, server_s: float,
+                             servers: int = 1) -> float | np.ndarray:
+    """A job's time per event with ``jobs`` jobs on ``servers`` servers, deterministic times: flat at
+    ``other + latency`` until the servers saturate, then ``jobs × server_s / servers`` (the knee between)."""
+    return np.maximum(other_s + latency_s, np.asarray(jobs, dtype=float) * server_s / max(1, servers))
 
 
 def report(result: Plan, job: Measurement | None = None, server: Measurement | None = None,
@@ -260,6 +302,8 @@ def report(result: Plan, job: Measurement | None = None, server: Measurement | N
         lines.append(f"  jobs per server = t_other / t_server = {result.jobs_per_server:.1f} : 1"
                      + (f"  ({result.jobs_per_server_at_target:.1f} at {100 * result.server_utilisation:.0f}% "
                         f"server utilisation)" if result.server_utilisation != 1.0 else ""))
+        lines.append(f"  knee = (t_other + t_ml) / t_server = {result.knee_jobs_per_server:.1f} jobs per server "
+                     f"(t_ml = {1000 * result.latency_s_per_event:.3f} ms/event: a job's wait with the server to itself)")
     if result.link_job_cap is not None:
         lines.append(f"  per job: B / t_other = {result.bytes_per_s_per_job / 1e6:.3f} MB/s")
         lines.append(f"  job cap for the link = u x L / (B / t_other) = {result.link_job_cap} jobs"
