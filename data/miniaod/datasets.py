@@ -12,10 +12,9 @@ import numpy as np
 
 from ...framework.config import SourceConfig
 from ...framework.source import Request, RootSource
-from ...modules.miniaod import deepmet, deeptau_inputs, particlenet
+from ...modules.miniaod import boosted_jet_tags, deepmet, deeptau_inputs
 from ...modules.miniaod.columns import columns
-from ...modules.miniaod.particlenet_features import particlenet_inputs
-from ...modules.miniaod.particlenet_inputs import INPUTS, ParticleNetInputs
+from ...modules.miniaod.particlenet_inputs import INPUTS, ParticleNetInputs, particlenet_inputs
 from .samples import TAU_GRID_NAMES, JetSample, MetSample, TauSample
 
 #: ParticleNet's neighbour count: the model needs k + 1 points per jet (CMS pads AK4 to 8, AK8 to 16)
@@ -63,8 +62,8 @@ def jet_sample(files: list[str], which: str, max_events: int = -1, max_pu_fracti
     spec: ParticleNetInputs = INPUTS[which]
     jets, members = ("Jet", "JetPFCands") if which == "ak4" else ("FatJet", "FatJetPFCands")
     truth = ("hadronFlavour", "partonFlavour", "puFraction") if which == "ak4" else ("label",)
-    requests = {jets: (*particlenet.JET_FIELDS, *truth), members: particlenet.MEMBER_FIELDS,
-                "PFCands": particlenet.PF_FIELDS, "SV": particlenet.SV_FIELDS}
+    requests = {jets: (*boosted_jet_tags.JET_FIELDS, *truth), members: boosted_jet_tags.MEMBER_FIELDS,
+                "PFCands": boosted_jet_tags.PF_FIELDS, "SV": boosted_jet_tags.SV_FIELDS}
     pf, pf_n, sv, sv_n, labels, pts = [], [], [], [], [], []
     for event in events(files, requests, max_events):
         jet = event[jets]

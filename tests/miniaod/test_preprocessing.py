@@ -7,8 +7,7 @@ import pytest
 
 from sonic_hep.modules.miniaod.deepmet import deepmet_inputs
 from sonic_hep.modules.miniaod.deeptau_inputs import BLOCKS, EGAMMA_BLOCK, HADRON_BLOCK, TAU_BLOCK, deeptau_inputs
-from sonic_hep.modules.miniaod.particlenet_features import particlenet_inputs
-from sonic_hep.modules.miniaod.particlenet_inputs import AK4, AK8
+from sonic_hep.modules.miniaod.particlenet_inputs import AK4, AK8, particlenet_inputs
 
 
 def pf_candidates(pt, eta, phi, pdg=211, charge=1.0, puppi=1.0) -> dict[str, np.ndarray]:
@@ -63,7 +62,7 @@ def test_particlenet_minimum_lengths_and_no_vertices():
     x = particlenet_inputs(AK4, jets, pf, {"jetIdx": np.array([0, 0]), "pFCandsIdx": np.array([0, 1])}, NO_SV)
     assert x["pf_features"].shape == (1, 20, 8) and x["sv_features"].shape == (1, 11, 1)
     assert x["sv_mask"].sum() == 0
-    names = [v.name for v in AK4.pf_features.variables]
+    names = list(AK4.preprocess.inputs[1].var_names)
     photon = x["pf_features"][0, :, 1]
     assert photon[names.index("pfcand_normchi2")] == 5.0  # CMS's 999 for no track, clipped
     assert photon[names.index("pfcand_btagSip3dVal")] == 0.0

@@ -20,7 +20,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("override, message", [
-    ("pnetAK4.discriminants={BvsAll: [bb]}", r"discriminant 'BvsAll' uses \['bb'\].*\['b', 'c', 'uds', 'g', 'pu'\]"),
+    ("pnetAK4.discriminators={BvsAll: {numerator: [bb]}}",
+     r"discriminator 'BvsAll' uses \['bb'\].*\['b', 'c', 'uds', 'g', 'pu'\]"),
+    ("pnetAK8.discriminators={TvsQCD: {num: [Top]}}", r"discriminator 'TvsQCD' needs 'numerator'"),
     ("pnetAK4.classes=[b, c]", r"has 5 classes but 2 names"),
     ("deepMET.model=miniaod_particlenet_ak4", r"DeepMET needs \['input', 'input_cat0'"),
     ("deepTau.model=miniaod_deepmet", r"one output of 4 probabilities"),
@@ -33,8 +35,10 @@ def test_configuration_mistakes_name_module_and_key(small_file, tmp_path, overri
 
 
 def test_inputs_for_another_model_are_refused_naming_the_input(small_file, tmp_path):
+    ak8 = PROJECT / "data" / "models" / "miniaod" / "miniaod_particlenet_ak8" / "preprocess.json"
     with pytest.raises(SonicError, match=r"module 'pnetAK4'.*'miniaod_particlenet_ak4' input 'pf_features'"):
-        run_config("miniaod", small_file, tmp_path / "out.root", "pnetAK4.preprocess=ak8", "source.max_events=2")
+        run_config("miniaod", small_file, tmp_path / "out.root", f"pnetAK4.preprocess_json='{ak8}'",
+                   "source.max_events=2")
 
 
 def test_events_without_jets_or_taus_give_empty_products(small_file, tmp_path):
@@ -81,4 +85,6 @@ def test_producers_name_scores_by_the_labels_the_client_gives_without_any_server
             assert len(jets) > 0 and np.all(jets == np.float32(value)), label
         for label, value in zip(("Top", "W", "QCD"), CANNED["miniaod_particlenet_ak8"]["softmax"]):
             assert np.all(np.concatenate(tree[f"FatJetPNet_{label}"].array(library="np")) == np.float32(value)), label
-        assert np.all(np.concatenate(tree["JetPNet_BvsAll"].array(library="np")) == np.float32(0.5))
+        # CMS's BvsAll: b / (b + c + uds + g), pile-up left out
+        assert np.all(np.concatenate(tree["JetPNet_BvsAll"].array(library="np")) == np.float32(0.5 / 0.875))
+        assert np.all(np.concatenate(tree["FatJetPNet_TvsQCD"].array(library="np")) == np.float32(0.25 / 0.75))

@@ -1,0 +1,160 @@
+"""Any ParticleNet-family tagger, defined by its model folder and ``preprocess.json``: CMS's
+``BoostedJetONNXJetTagsProducer`` / ``ParticleNetSonicJetTagsProducer`` with the tag-info producer in front.
+
+The model's inputs are built from the named features (``tag_info.py``) exactly as its ``preprocess.json``
+says (``preprocess.py``), all jets of an event in one request, and one score per output name is written,
+plus discriminators (``discriminators.py``). A new tagger version is a configuration, not code::
+
+    pnetAK4:
+      type: BoostedJetTags
+      model: particlenet_AK4              # the repository entry; its folder holds preprocess.json
+      jets: Jet
+      constituents: JetPFCands
+      jet_radius: 0.4
+      discriminators:
+        BvsAll: {numerator: [b, bb], denominator: [b, bb, c, cc, uds, g]}
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+
+from ...framework import InputTag, Output, Param
+from ...framework.errors import ConfigError
+from ...framework.inference import InferenceProducer
+from .columns import columns, model_labels
+from .discriminators import make_discriminators
+from .preprocess import build_inputs, find_preprocess, load_preprocess
+from .tag_info import FEATURE_BLOCKS, MissingInput, TagInfo, TagInfoSettings, collection_of
+
+#: fields read by every ParticleNet version the project knows (the from-MiniAOD and the costheta / signed
+#: SV features add the others of ``BoostedJetTags``)
+PF_FIELDS = ("pt", "eta", "phi", "mass", "charge", "pdgId", "dxy", "dz", "dxyError", "dzError", "vx", "vy", "vz",
+             "puppiWeight", "pvAssocQuality", "lostInnerHits", "trkChi2", "trkQuality")
+SV_FIELDS = ("pt", "eta", "phi", "mass", "ntracks", "chi2", "dxy", "dxySig", "dlen", "dlenSig")
+JET_FIELDS = ("pt", "eta", "phi")
+MEMBER_FIELDS = ("jetIdx", "pFCandsIdx")
+LOST_TRACK_FIELDS = ("pt", "eta", "phi", "charge", "dxy", "dz", "dxyError", "dzError", "vx", "vy", "vz", "fromPV",
+                     "numberOfPixelHits", "stripLayers", "trkChi2", "trkQuality")
+
+
+class BoostedJetTags(InferenceProducer):
+    """Scores of a ParticleNet-family model for every jet of a collection, its inputs built from the model's
+    ``preprocess.json`` and CMS's named jet features (all jets of an event in one request).
+
+    Products: ``scores`` — per jet, one field per output name (the ``classes`` given, else the model's labels
+    file, else preprocess.json's ``output_names`` without ``label_``) plus the configured ``discriminators``.
+    """
+
+    jets = InputTag("Jet", fields=(*JET_FIELDS, "mass"), doc="jets to tag (AK4: Jet, AK8: FatJet)")
+    constituents = InputTag("JetPFCands", fields=MEMBER_FIELDS,
+                            doc="constituent index pairs (jetIdx, pFCandsIdx), NanoAOD-style")
+    pfcands = InputTag("PFCands", fields=(*PF_FIELDS, "fromPV", "numberOfPixelHits", "hcalFraction"),
+                       doc="PF candidates (MiniAOD packedPFCandidates)")
+    svs = InputTag("SV", fields=(*SV_FIELDS, "x", "y", "z", "pAngle"), doc="secondary vertices")
+    lost_tracks = InputTag("LostTracks", fields=LOST_TRACK_FIELDS, optional=True,
+                           doc="lost tracks (MiniAOD lostTracks), read by the from-MiniAOD models' lt_* inputs")
+    model = Param(str, doc="model name in the repository (a Triton repository entry)")
+    preprocess_json = Param(str, "", doc="the model's preprocess.json (default: the one in the model's folder); "
+                                         "$NAME is taken from the environment")
+    classes = Param(list[str], [], doc="names of the model's outputs, in order (default: the model's labels file, "
+                                       "else preprocess.json's output_names)")
+    discriminators = Param(dict[str, dict[str, list[str]]], {},
+                           doc="name → {numerator: [classes], denominator: [classes]}: sum over sum, as CMS's "
+                               "BTagProbabilityToDiscriminator (empty denominator: the sum)")
+    jet_radius = Param(float, 0.8, doc="SVs within this ΔR of the jet axis belong to it (CMS jet_radius)", above=0)
+    min_jet_pt = Param(float, 0.0, doc="jets below get no features, only padding (CMS min_jet_pt), GeV", min=0)
+    max_jet_eta = Param(float, 99.0, doc="jets beyond |eta| get no features (CMS max_jet_eta)", above=0)
+    min_puppi_weight = Param(float, -1.0, doc="constituents with a lower PUPPI weight are dropped (CMS min_puppi_wgt)")
+    use_puppi_p4 = Param(bool, False, doc="order constituents by PUPPI-weighted pT and weight the *_log/*rel "
+                                          "features (CMS use_puppiP4; AK8 PUPPI jets)")
+    min_pt_for_pfcandidates = Param(float, -1.0, doc="constituents below are dropped (CMS min_pt_for_pfcandidates)")
+    lost_track_max_dr = Param(float, 0.4, doc="lost tracks within this ΔR of the jet (CMS max_dr_for_losttrack)",
+                              above=0)
+    lost_track_min_pt = Param(float, 1.0, doc="lost tracks above this pT, GeV (CMS min_pt_for_losttrack)")
+    scores = Output("per jet (collection): one score per output name of the model, and the discriminators")
+
+    def settings(self) -> TagInfoSettings:
+        """The tag-info producer's selection from this module's parameters."""
+        return TagInfoSettings(jet_radius=self.jet_radius, min_jet_pt=self.min_jet_pt, max_jet_eta=self.max_jet_eta,
+                               min_puppi_weight=self.min_puppi_weight, use_puppi_p4=self.use_puppi_p4,
+                               min_pt_for_pfcandidates=self.min_pt_for_pfcandidates,
+                               lost_track_max_dr=self.lost_track_max_dr, lost_track_min_pt=self.lost_track_min_pt)
+
+    def preprocess_path(self, info) -> str:
+        """``preprocess_json``, or the model folder's preprocess.json."""
+        folders = [f for f in (info.path, info.local.path if info.local is not None else None) if f is not None]
+        return str(find_preprocess(self.preprocess_json, folders, self.model))
+
+    def begin_job(self) -> None:
+        key = f"modules.{self.label}"
+        info = self.model_info()
+        try:
+            self._spec = load_preprocess(self.preprocess_path(info))
+        except ConfigError as err:
+            raise ConfigError(err.reason, key=f"{key}.preprocess_json") from None
+        unknown = [name for name in self._spec.feature_names if name not in FEATURE_BLOCKS]
+        if unknown:
+            raise ConfigError(f"{self._spec.path!r} uses features this producer does not compute: {unknown} (known: "
+                              f"the pfcand_*, sv_*, jet_pfcand_*, jet_sv_*, jet_losttrack_* features of CMS's "
+                              f"ParticleNet family)", key=f"{key}.preprocess_json")
+        expected = [spec.name for spec in info.inputs]
+        if sorted(expected) != sorted(g.name for g in self._spec.inputs):
+            raise ConfigError(f"{self._spec.path!r} defines inputs {[g.name for g in self._spec.inputs]} but model "
+                              f"{self.model!r} has {expected}", key=f"{key}.preprocess_json")
+        self._needs_lost_tracks = any(collection_of(n) == "lt" for n in self._spec.feature_names)
+        if len(info.outputs) != 1:
+            raise ConfigError(f"model {self.model!r} has outputs {[o.name for o in info.outputs]}; a ParticleNet-"
+                              f"family model has exactly one (its scores)", key=f"{key}.model")
+        self._output = info.outputs[0].name
+        n_scores = info.outputs[0].dims[-1]
+        names = list(self.classes) or (model_labels(info, self._output) if info.labels.get(self._output) else [])
+        names = names or [name.removeprefix("label_") for name in self._spec.output_names] or \
+            model_labels(info, self._output)
+        if len(names) != n_scores:
+            raise ConfigError(f"model {self.model!r} has {n_scores} classes but {len(names)} names were found "
+                              f"({names}); give them with 'classes'", key=f"{key}.classes")
+        self._labels = [name.removeprefix("label_") for name in names]
+        self._discriminators = make_discriminators(self.discriminator_definitions(), self._labels, self.model,
+                                                   f"{key}.discriminators")
+
+    def discriminator_definitions(self) -> dict:
+        """The configured discriminators (a subclass may add its own spelling)."""
+        return dict(self.discriminators)
+
+    def tag_info(self, event) -> TagInfo:
+        """The event's tag info (CMS's tag-info producer): named features of every jet."""
+        lost = event.get(self.lost_tracks) if self.lost_tracks else None
+        if self._needs_lost_tracks and lost is None:
+            raise ConfigError(f"{self._spec.path!r} reads lost-track features (jet_losttrack_*), but the input has "
+                              f"no {self.lost_tracks!r} collection: generate events with `sonic data generate "
+                              f"miniaod` (which writes LostTracks_*)", key=f"modules.{self.label}.lost_tracks")
+        declared = type(self)
+        return TagInfo(self.settings(), columns(event.get(self.jets), declared.jets.fields),
+                       columns(event.get(self.pfcands), declared.pfcands.fields),
+                       columns(event.get(self.constituents), declared.constituents.fields),
+                       columns(event.get(self.svs), declared.svs.fields),
+                       None if lost is None else columns(lost, declared.lost_tracks.fields))
+
+    def inputs_for(self, info: TagInfo) -> dict[str, np.ndarray]:
+        """The model's inputs for the event's jets, in preprocess.json's order."""
+        try:
+            return build_inputs(self._spec, info.n_jets, info.entries, info.feature)
+        except MissingInput as err:
+            raise ConfigError(f"{self._spec.path!r} needs {err.args[0]}, which the input does not have",
+                              key=f"modules.{self.label}") from None
+
+    def acquire(self, event) -> Future | None:
+        info = self.tag_info(event)
+        if info.n_jets == 0:
+            return None
+        return self.infer(self.inputs_for(info), [self._output])
+
+    def produce(self, event, result) -> None:
+        probs = np.zeros((0, len(self._labels)), dtype=np.float32) if result is None else result[self._output]
+        scores = {label: probs[:, i] for i, label in enumerate(self._labels)}
+        for discriminator in self._discriminators:
+            scores[discriminator.name] = discriminator(probs)
+        event.put("scores", scores)

@@ -1,0 +1,202 @@
+"""A model's ``preprocess.json``: how CMS turns a jet's named features into the model's input arrays.
+
+CMS defines every ParticleNet-family tagger version by a ``preprocess.json`` beside the model (cms-data
+RecoBTag-Combined): the model's inputs in order (``input_names``), for each input the named features that
+make its rows (``var_names``), how each is transformed (``median``, ``norm_factor``, ``replace_inf_value``,
+``lower_bound``, ``upper_bound``, ``pad``) and how long it is (``min_length``/``max_length``, or one fixed
+``var_length``), and the names of the model's outputs (``output_names``). Reading the file, not typing its
+values into code, is what lets a new tagger version plug in by configuration.
+
+The transformation is CMSSW's ``center_norm_pad``: a value that is not finite or beyond ±1e32 becomes
+``replace_inf_value``; then ``clip((x - median) * norm_factor, lower_bound, upper_bound)``; positions past a
+jet's entries hold ``pad``. As CMS's SONIC producer does for a batch of jets, every jet of an event is padded
+to the event's longest list (clamped to ``[min_length, max_length]``; the longest lists are truncated,
+keeping the first entries), so one request carries all the jets.
+
+Example::
+
+    spec = load_preprocess("cms-models/particlenet_AK4/preprocess.json")
+    inputs = build_inputs(spec, tag_info)        # {"pf_points": [jets, 2, N], ...}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...framework.errors import ConfigError
+from ...framework.inference.service import PROJECT_ROOT
+
+#: CMSSW's ``catch_infs`` limit: values beyond it count as infinite
+INF_LIMIT = 1e32
+
+
+@dataclass(frozen=True)
+class VarInfo:
+    """How one named feature is transformed (CMS's ``PreprocessParams::VarInfo``)."""
+
+    median: float = 0.0
+    norm_factor: float = 1.0
+    replace_inf_value: float = 0.0
+    lower_bound: float = -INF_LIMIT
+    upper_bound: float = INF_LIMIT
+    pad: float = 0.0
+
+
+@dataclass(frozen=True)
+class InputGroup:
+    """One model input: the ``[jets, len(var_names), length]`` array its features make."""
+
+    name: str
+    var_names: tuple[str, ...]
+    infos: tuple[VarInfo, ...]
+    min_length: int
+    max_length: int
+
+    def length(self, counts: np.ndarray) -> int:
+        """The event's padded length for entries-per-jet ``counts``: the longest, clamped to the bounds."""
+        longest = int(counts.max()) if counts.size else 0
+        return int(np.clip(longest, self.min_length, self.max_length))
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """A whole ``preprocess.json``: the inputs in the model's order and the output names."""
+
+    path: str
+    inputs: tuple[InputGroup, ...]
+    output_names: tuple[str, ...]
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """Every named feature the inputs use, once, in order of first use."""
+        return tuple(dict.fromkeys(name for group in self.inputs for name in group.var_names))
+
+
+def load_preprocess(path: str | os.PathLike, key: str = "preprocess_json") -> Preprocess:
+    """Reads and checks a ``preprocess.json``; a missing or malformed file is one :class:`ConfigError` naming
+    the file and the entry to fix (``key`` is the configuration key that named the file)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{str(path)!r} does not exist (a model's preprocess.json)", key=key) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{str(path)!r} is not a readable JSON file: {err}", key=key) from None
+
+    def fail(entry: str, reason: str) -> ConfigError:
+        return ConfigError(f"{str(path)!r}: {entry}: {reason}", key=key)
+
+    if not isinstance(data, dict) or not isinstance(data.get("input_names"), list) or not data["input_names"]:
+        raise fail("input_names", "missing or empty (the model's inputs, in order)")
+    groups = []
+    for name in data["input_names"]:
+        group = data.get(name)
+        if not isinstance(group, dict):
+            raise fail(str(name), "listed in input_names but not defined")
+        var_names = group.get("var_names")
+        if not isinstance(var_names, list) or not var_names or not all(isinstance(v, str) for v in var_names):
+            raise fail(f"{name}.var_names", "missing or not a list of feature names")
+        try:
+            if "var_length" in group:
+                lengths = (int(group["var_length"]),) * 2
+            else:
+                lengths = (int(group["min_length"]), int(group["max_length"]))
+        except (KeyError, TypeError, ValueError):
+            raise fail(name, "needs min_length and max_length (or var_length), integers") from None
+        if not 0 <= lengths[0] <= lengths[1]:
+            raise fail(name, f"min_length {lengths[0]} must be between 0 and max_length {lengths[1]}")
+        infos = []
+        for var in var_names:
+            info = group.get("var_infos", {}).get(var)
+            if not isinstance(info, dict):
+                raise fail(f"{name}.var_infos.{var}", "missing")
+            try:
+                value = VarInfo(float(info["median"]), float(info["norm_factor"]), float(info["replace_inf_value"]),
+                                float(info["lower_bound"]), float(info["upper_bound"]), float(info.get("pad", 0.0)))
+            except (KeyError, TypeError, ValueError) as err:
+                raise fail(f"{name}.var_infos.{var}", f"needs numbers median, norm_factor, replace_inf_value, "
+                                                      f"lower_bound, upper_bound ({err})") from None
+            if not value.lower_bound <= value.upper_bound:
+                raise fail(f"{name}.var_infos.{var}", "lower_bound is above upper_bound")
+            infos.append(value)
+        groups.append(InputGroup(str(name), tuple(var_names), tuple(infos), *lengths))
+    outputs = data.get("output_names", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+        raise fail("output_names", "not a list of names")
+    return Preprocess(str(path), tuple(groups), tuple(outputs))
+
+
+def transform(values: np.ndarray, info: VarInfo) -> np.ndarray:
+    """CMSSW's per-value transformation: infinities replaced, centred, scaled and bounded (float64)."""
+    values = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(values) & (np.abs(values) <= INF_LIMIT)
+    values = np.where(finite, values, info.replace_inf_value)
+    return np.clip((values - info.median) * info.norm_factor, info.lower_bound, info.upper_bound)
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Where one collection's rows (particles, SVs, lost tracks) sit: ``jet`` and ``rank`` (0 = first) of
+    each row, and how many rows each of the event's ``n_jets`` jets has."""
+
+    jet: np.ndarray
+    rank: np.ndarray
+    counts: np.ndarray
+
+
+def build_inputs(spec: Preprocess, n_jets: int, entries: Callable[[str], Entries],
+                 feature: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's inputs for all ``n_jets`` jets of an event, in ``spec``'s order (float32
+    ``[n_jets, features, length]`` each).
+
+    Args:
+        spec: the model's preprocess.json.
+        n_jets: jets in the event.
+        entries: for a feature name, the rows of the collection it describes (:class:`Entries`).
+        feature: a feature's values, one per row of its collection.
+
+    An input's length follows its first feature's collection (CMS's SONIC producer takes it from the
+    ``*_etarel`` feature of the group); all features of one input describe the same collection.
+    """
+    inputs = {}
+    for group in spec.inputs:
+        rows = entries(group.var_names[0])
+        length = group.length(rows.counts)
+        keep = rows.rank < length
+        jet, rank = rows.jet[keep], rows.rank[keep]
+        pad = np.array([info.pad for info in group.infos], dtype=np.float32)
+        out = np.empty((n_jets, length, len(group.var_names)), dtype=np.float32)
+        out[:] = pad
+        for i, (name, info) in enumerate(zip(group.var_names, group.infos)):
+            values = np.asarray(feature(name))
+            if values.shape != rows.jet.shape:
+                raise ConfigError(f"{spec.path!r}: input {group.name!r} mixes features of different collections "
+                                  f"({group.var_names[0]!r} and {name!r})", key="preprocess_json")
+            out[jet, rank, i] = transform(values[keep], info)
+        inputs[group.name] = np.ascontiguousarray(out.transpose(0, 2, 1))
+    return inputs
+
+
+def find_preprocess(explicit: str, model_dirs: list[Path], model: str) -> Path:
+    """The preprocess.json to use: ``explicit`` when given (``$NAME`` taken from the environment; a relative
+    path as given if it exists, else from the project), else ``preprocess.json`` in the model's folder."""
+    if explicit:
+        expanded = os.path.expandvars(explicit)
+        unset = re.search(r"\$\{?(\w+)", expanded)
+        if unset:
+            raise ConfigError(f"{explicit!r} needs the environment variable {unset.group(1)}", key="preprocess_json")
+        path = Path(expanded)
+        return path if path.is_absolute() or path.exists() else PROJECT_ROOT / path
+    for folder in model_dirs:
+        if (folder / "preprocess.json").exists():
+            return folder / "preprocess.json"
+    where = ", ".join(map(str, model_dirs)) or "none here: the model is known only from a server"
+    raise ConfigError(f"model {model!r} has no preprocess.json in its repository folder ({where}); give the file "
+                      f"with 'preprocess_json'", key="preprocess_json")
