@@ -15,6 +15,11 @@
   back-off is over, one cheap probe on the background thread brings it back or takes it out again
   for twice as long (capped). While every server with a model is out, the fallback serves it (or,
   without fallback, requests fail naming each server and why it is out).
+* **Joining and leaving** (fleets, :meth:`ServerPool.follow`): a discovery callable (e.g. a fleet
+  directory's live entries, ``fleet_directory.discover``) is asked at once and on every background refresh. A server it
+  names for the first time is probed and joins the pool; one it no longer names (its job ended, its
+  heartbeat expired) is *retired*: never chosen again, while requests already sent to it finish or fail
+  over as usual; it is used again if it comes back. Servers configured by address never retire.
 * **Fallback.** When no healthy server has a model, a local Triton server (CPU, like CMSSW's
   TritonService fallback) is started on the job's own repository, once, and joins the pool. With no
   server configured at all, it is started at the beginning of the job.
@@ -29,7 +34,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,13 +61,14 @@ class ServerState:
     last_stats: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     baseline: dict[tuple[str, str], dict[str, float]] | None = None  # statistics when the job began using it
     fallback: bool = False
+    retired: bool = False  # discovered, and no longer named by discovery: chosen for nothing new
     refused: dict[str, str] = field(default_factory=dict)  # model → why this server may not serve it
     verified: set[str] = field(default_factory=set)  # models whose version was checked on this server
 
     @property
     def healthy(self) -> bool:
-        """In rotation: its breaker is closed."""
-        return self.breaker.usable()
+        """In rotation: its breaker is closed and discovery still names it."""
+        return self.breaker.usable() and not self.retired
 
 
 class ServerPool:
@@ -103,6 +109,8 @@ class ServerPool:
         self._refreshing = False
         self._last_refresh = time.monotonic()
         self._background = ThreadPoolExecutor(1, thread_name_prefix="sonic-servers")
+        self.discover: Callable[[], list[ServerSpec]] | None = None
+        self._discovered: set[str] = set()  # addresses discovery named (they may retire)
         for spec in specs:
             self._add(spec)
         for state in self.states:
@@ -214,6 +222,8 @@ class ServerPool:
             for s in self.states:
                 if s.connection.address in exclude:
                     why = "failed this request"
+                elif s.retired:
+                    why = "left the fleet (discovery no longer names it)"
                 elif not s.healthy:
                     why = f"down ({s.reason})"
                 elif model in s.refused:
@@ -367,9 +377,55 @@ class ServerPool:
         except RuntimeError:  # shut down
             self._refreshing = False
 
+    def _ask_discovery(self) -> list[ServerSpec] | None:
+        """What discovery names now; None without discovery or when it failed (then nothing changes)."""
+        if self.discover is None:
+            return None
+        try:
+            return list(self.discover())
+        except Exception as err:  # noqa: BLE001 - a shared filesystem hiccup must not stop the job
+            log.warning("server discovery failed; keeping the servers known so far (%s: %s)", type(err).__name__, err)
+            return None
+
+    def follow(self, discover: Callable[[], list[ServerSpec]]) -> None:
+        """Lets servers join and leave during the job (see "Joining and leaving"): ``discover`` is asked now
+        and on every background refresh; servers of the pool it names now may retire later."""
+        self.discover = discover
+        self.rediscover()
+
+    def rediscover(self) -> None:
+        """Adds servers discovery names for the first time (probed at once), retires discovered ones it no
+        longer names and brings back retired ones it names again. Runs on each background refresh."""
+        found = self._ask_discovery()
+        if found is None:
+            return
+        named = {spec.address for spec in found}
+        with self._lock:
+            known = {s.connection.address: s for s in self.states}
+        for spec in found:
+            if spec.address in known:
+                with self._lock:
+                    self._discovered.add(spec.address)
+                continue
+            state = self._add(spec)
+            with self._lock:
+                self._discovered.add(spec.address)
+            self._probe(state)
+            log.info("Triton server %s joined (discovered) with %d models", spec.address, len(state.models))
+        for address, state in known.items():
+            if address not in self._discovered:
+                continue
+            retired = address not in named
+            if retired != state.retired:
+                with self._lock:
+                    state.retired = retired
+                log.info("Triton server %s %s", address, "left the fleet: retired (requests in flight finish or "
+                         "fail over)" if retired else "is back in the fleet")
+
     def _refresh(self) -> None:
         """Recent queue times of healthy servers; probes of down ones (runs on the background thread)."""
         try:
+            self.rediscover()
             for state in list(self.states):
                 with self._lock:
                     action = state.breaker.poll(time.monotonic())
@@ -435,6 +491,6 @@ class ServerPool:
             # calls left running on a server in rotation get a grace period to end (closing cancels them, which
             # Triton 2.51 may not survive); one out of rotation is not answering: waiting would only delay the
             # job's end, and the job's exit would drop those calls all the same
-            state.connection.close(**({} if state.healthy else {"grace_s": 0.0}))
+            state.connection.close(**({} if state.breaker.usable() else {"grace_s": 0.0}))
         if self.fallback_server is not None:
             self.fallback_server.stop()  # kept (stopped) so reports can still name it
