@@ -4,7 +4,7 @@
 
     services:
       inference:
-        mode: direct                 # direct | sonic   (--inference on the command line)
+        mode: direct                 # direct | sonic | auto (direct on a visible GPU, else sonic; auto_mode.py)
         repository: [data/models/miniaod]   # model repositories: direct reads them, a local server serves them
         # direct
         device: cpu                  # cpu | gpu | auto
@@ -12,6 +12,9 @@
         intra_op_threads: 1
         # sonic
         servers: []                  # "host:port" or {address, port, ssl, root_certificates, ...}; --server
+        fleet: ""                    # a fleet directory (sonic fleet start): servers found there, joining and leaving
+        fleet_wait_s: 60             # wait this long for the fleet's first server before the fallback
+        fleet_tls: {}                # this client's private_key / certificate_chain (mutual TLS), root_certificates
         fallback: true               # start a local Triton server when no server has a model
         fallback_server: {}          # options of that server: ort_threads, python, device, startup_timeout,
                                      # backend (auto | native | python: what serves ONNX models) ...
@@ -46,13 +49,16 @@ from .repository import ModelRepository
 class InferenceConfig:
     """Validated ``services.inference`` settings (see the module docstring)."""
 
-    mode: str = field(default="direct", metadata=limits(choices=("direct", "sonic")))
+    mode: str = field(default="direct", metadata=limits(choices=("direct", "sonic", "auto")))
     repository: list[str] = field(default_factory=list)
     device: str = field(default="cpu", metadata=limits(choices=("cpu", "gpu", "auto")))
     workers: int = field(default=2, metadata=limits(min=1))
     intra_op_threads: int = 1
     inter_op_threads: int = 1
     servers: list[Any] = field(default_factory=list)
+    fleet: str = ""
+    fleet_wait_s: float = field(default=60.0, metadata=limits(min=0))
+    fleet_tls: dict[str, str] = field(default_factory=dict)
     fallback: bool = True
     fallback_server: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = field(default=60.0, metadata=limits(positive="seconds"))
@@ -89,7 +95,7 @@ class InferenceConfig:
 
 #: the options of ``fallback_server`` (passed on to the local server it starts)
 FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python", "device", "startup_timeout", "log_verbose", "workdir",
-                                     "env", "models", "host", "backends", "backend"})
+                                     "env", "models", "host", "backends", "backend", "strict"})
 #: values of ``fallback_server.backend`` (the same as ``TritonServer``'s ``backend``; checked here to name the key)
 SERVER_BACKENDS = ("auto", "native", "python")
 
@@ -116,7 +122,7 @@ def resolve_repository(path: str) -> str:
 
 
 def make_client(config: InferenceConfig) -> InferenceClient:
-    """The client for ``config.mode``."""
+    """The client for ``config.mode`` (``auto`` resolved by the caller: :class:`InferenceService`)."""
     repository = ModelRepository([resolve_repository(p) for p in config.repository]) if config.repository else None
     if config.mode == "direct":
         if repository is None:
@@ -127,7 +133,34 @@ def make_client(config: InferenceConfig) -> InferenceClient:
                             inter_op_threads=config.inter_op_threads, device=config.device)
     from .sonic import SonicClient
 
+    if config.fleet:
+        return _fleet_client(config, repository)
     return SonicClient.from_config(config, repository)
+
+
+FLEET_TLS_KEYS = frozenset({"root_certificates", "private_key", "certificate_chain"})
+
+
+def _fleet_client(config: InferenceConfig, repository: ModelRepository | None) -> InferenceClient:
+    """A SONIC client on the fleet's live servers (after waiting ``fleet_wait_s`` for the first), following
+    the fleet's directory as servers join and leave (``ServerPool.follow``)."""
+    from dataclasses import replace
+
+    from .fleet_directory import discover, servers_dir, wait_for_servers
+    from .sonic import SonicClient
+
+    unknown = set(config.fleet_tls) - FLEET_TLS_KEYS
+    if unknown:
+        raise ConfigError(f"unknown keys {sorted(unknown)}; known: {sorted(FLEET_TLS_KEYS)}",
+                          key="services.inference.fleet_tls")
+    if not servers_dir(config.fleet).parent.is_dir() or not (Path(config.fleet) / "fleet.json").is_file():
+        raise ConfigError(f"{config.fleet!r} is not a fleet directory (no fleet.json); start one with "
+                          f"`sonic fleet start {config.fleet}`", key="services.inference.fleet")
+    entries = wait_for_servers(config.fleet, config.fleet_wait_s)
+    found = [entry.spec(config.fleet_tls) for entry in entries]
+    client = SonicClient.from_config(replace(config, servers=[*config.servers, *found]), repository)
+    client.pool.follow(discover(config.fleet, config.fleet_tls))
+    return client
 
 
 class InferenceService(Service):
@@ -139,11 +172,22 @@ class InferenceService(Service):
         super().__init__(config)
         self.settings = InferenceConfig.from_dict(config)
         self._client: InferenceClient | None = None
+        self.auto_reason = ""  # mode auto: what it chose and why (the timing report shows it)
 
     @property
     def client(self) -> InferenceClient:
         if self._client is None:
-            self._client = make_client(self.settings)
+            settings = self.settings
+            if settings.mode == "auto":
+                from dataclasses import replace
+
+                from .auto_mode import choose
+
+                choice = choose()
+                self.auto_reason = choice.reason
+                settings = replace(settings, mode=choice.mode, device="gpu" if choice.mode == "direct" else
+                                   settings.device)
+            self._client = make_client(settings)
         return self._client
 
     def begin_job(self) -> None:
@@ -157,7 +201,9 @@ class InferenceService(Service):
         if self._client is None:
             return None
         stats = self._client.statistics()
-        lines = [f"mode {stats.get('mode', self.settings.mode)}",
+        if self.auto_reason:
+            stats = {**stats, "auto": self.auto_reason}
+        lines = [f"mode {stats.get('mode', self.settings.mode)}" + (f" ({self.auto_reason})" if self.auto_reason else ""),
                  f"{'model':<24} {'calls':>7} {'requests':>9} {'rows':>9} {'client ms/call':>15}"]
         for model, c in stats.get("models", {}).items():
             per = 1000 * c["seconds"] / c["calls"] if c["calls"] else 0.0
