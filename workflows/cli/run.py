@@ -66,9 +66,21 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
             overrides.append(f"{key}={value}")
     if getattr(args, "inference", None):
         overrides.append(f"services.inference.mode={args.inference}")
+    overrides += fleet_overrides(getattr(args, "fleet", None), getattr(args, "inference", None))
     if getattr(args, "server", None):
         overrides.append("services.inference.servers=[" + ", ".join(_quote(s) for s in args.server) + "]")
     return overrides
+
+
+def fleet_overrides(fleet: str | None, inference: str | None) -> list[str]:
+    """``--fleet DIR``: servers found in the fleet directory (absolute: jobs run elsewhere); SONIC unless
+    ``--inference`` says otherwise (``auto`` keeps a visible GPU direct)."""
+    if not fleet:
+        return []
+    import os
+
+    return [f"services.inference.fleet={_quote(os.path.abspath(fleet))}"] + \
+        ([] if inference else ["services.inference.mode=sonic"])
 
 
 def _quote(text: str) -> str:
@@ -84,8 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--first-entry", type=int, help="skip the first N entries of the input")
     parser.add_argument("--streams", "-s", type=int, help="events in flight at once")
     parser.add_argument("--threads", "-t", type=int, help="worker threads")
-    parser.add_argument("--inference", choices=("direct", "sonic"),
-                        help="run models in-process (direct) or on Triton servers (sonic)")
+    parser.add_argument("--inference", choices=("direct", "sonic", "auto"),
+                        help="run models in-process (direct), on Triton servers (sonic), or auto: direct on a GPU "
+                             "this job sees, else sonic (the timing report says which)")
+    parser.add_argument("--fleet", metavar="DIR",
+                        help="use the servers of a fleet (sonic fleet start DIR), found in DIR as they join and leave")
     parser.add_argument("--server", action="append", metavar="HOST:PORT",
                         help="a Triton server for --inference sonic (repeatable); none: a local one is started")
     parser.add_argument("--timing-json", metavar="FILE", help="write the timing report as JSON")

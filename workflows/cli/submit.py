@@ -21,7 +21,7 @@ import sys
 
 from ..grid import executors
 from ..grid.submit import SubmitRequest, describe, submit
-from .run import add_process_arguments
+from .run import add_process_arguments, fleet_overrides
 from .status import follow
 
 
@@ -58,19 +58,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_execution_arguments(parser, "local")
     parser.add_argument("--max-retries", type=int, default=3, metavar="R",
                         help="resubmissions allowed per failed job (default: 3)")
-    parser.add_argument("--inference", choices=("direct", "sonic"), help="inference mode of every job")
+    parser.add_argument("--inference", choices=("direct", "sonic", "auto"),
+                        help="inference mode of every job (auto: direct on a GPU the job sees, else sonic)")
+    parser.add_argument("--fleet", metavar="DIR",
+                        help="every job uses the servers of this fleet (sonic fleet start DIR), found in DIR")
     parser.add_argument("--server", action="append", default=[], metavar="HOST:PORT",
                         help="a Triton server for --inference sonic (repeatable)")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    request = SubmitRequest(config=args.config, output_dir=args.output_dir, inputs=args.input, overrides=args.param,
+    if args.fleet:
+        from ..grid.fleet import Fleet
+
+        Fleet(args.fleet)  # refused here, before the task is written, when DIR holds no fleet
+    overrides = args.param + fleet_overrides(args.fleet, args.inference)
+    request = SubmitRequest(config=args.config, output_dir=args.output_dir, inputs=args.input, overrides=overrides,
                             files_per_job=args.files_per_job, events_per_job=args.events_per_job,
                             executor=args.executor, executor_options=executors.parse_key_values(args.executor_option),
                             max_running=args.max_running, max_retries=args.max_retries, inference=args.inference,
                             servers=args.server)
     outcome = submit(request)
+    if args.fleet:
+        Fleet(args.fleet).add_task(outcome.task.directory)
     print(describe(outcome), file=sys.stderr)
     if args.wait:
         return follow(outcome.task, args.timeout)

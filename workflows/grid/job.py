@@ -217,6 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", action="store_true", help="HTCondor file transfer: work in the current directory")
     args = parser.parse_args(argv)
     index = args.index + args.offset
+    if not args.sandbox and (Path(args.directory) / "fleet.json").is_file():  # a fleet's server job (issue 16)
+        from .fleet_member import serve
+
+        code = serve(args.directory, index)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if args.sandbox:
         files, description, spec, sonic_args, tree = sandbox_job(index)
     else:

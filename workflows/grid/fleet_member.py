@@ -1,0 +1,124 @@
+"""One server job of a fleet: what ``python -m sonic_hep.workflows.grid.job FLEET INDEX`` runs for a fleet.
+
+1. reports ``running`` (host, pid, batch id) in ``jobs/NNNN/state.json`` and sends its output to ``job.log``;
+2. starts a Triton server on this node (:class:`~sonic_hep.framework.inference.server.TritonServer`: free
+   ports chosen on the node, the fleet's binding and TLS, CPU or GPU, a node-local work folder);
+3. once every model is ready, registers the server in ``servers/NNNN.json`` (address, models, health) and
+   rewrites that entry every ``heartbeat_s`` while the server is live and ready;
+4. leaves when asked (``jobs/NNNN/stop`` or the fleet's ``stop`` file), on SIGTERM/SIGINT (``scancel``, a
+   wall-time limit, ``condor_rm``), or when its server dies: it removes its entry first, waits ``drain_s``
+   so clients stop choosing it (requests already sent finish or fail over), then stops the server.
+
+Exit status: 0 stopped as asked (reported ``done``), 1 the server could not start or died (``failed``),
+143/130 stopped by SIGTERM/SIGINT (reported ``failed`` with that reason, as for a client job).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+from ...framework.errors import InferenceError
+from ...framework.inference.fleet_directory import Entry, deregister, register
+from ...framework.inference.server import TritonServer, host_port
+from .fleet import STOP_FILE, Fleet
+from .job import _redirect_output, batch_id_from_environment
+from .records import JobReport, Submission
+
+log = logging.getLogger(__name__)
+
+EXIT_STOPPED, EXIT_FAILED = 0, 1
+
+
+def ready_models(server: TritonServer) -> dict[str, str]:
+    """``{model: version}`` of the models the server says are ready (its HTTP repository index, on loopback)."""
+    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        index = json.loads(response.read())
+    return {m["name"]: str(m.get("version", "")) for m in index if m.get("state") == "READY"}
+
+
+def serve(directory: str | Path, index: int) -> int:
+    """Runs server job ``index`` of the fleet at ``directory`` until it is asked to leave; returns the exit status."""
+    fleet = Fleet(directory)
+    spec, files = fleet.spec, fleet.task.files(index)
+    name = f"{index:04d}"
+    submission = Submission.load(files.submission)
+    report = JobReport(attempt=submission.attempt if submission else 1, state="running",
+                       batch_id=batch_id_from_environment(), started=time.time())
+    _redirect_output(files.log, f"attempt {report.attempt} of server job {index} on {report.host} pid {report.pid} "
+                                f"batch id {report.batch_id} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    report.save(files.report)
+
+    def finish(state: str, code: int, reason: str) -> int:
+        replace(report, state=state, ended=time.time(), exit_code=code, reason=reason).save(files.report)
+        print(f"server job {index}: {state}: {reason}", flush=True)
+        return code
+
+    signalled: list[int] = []
+    wake = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        signalled.append(signum)
+        wake.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+
+    def asked() -> str:
+        if signalled:
+            return signal.Signals(signalled[0]).name
+        if (fleet.directory / STOP_FILE).exists():
+            return "the fleet is stopping"
+        if (files.directory / STOP_FILE).exists():
+            return "asked to leave (autoscaler or operator)"
+        return ""
+
+    if asked():
+        return finish("done", EXIT_STOPPED, f"stopped before its server started: {asked()}")
+    server = TritonServer(spec.repository, models=spec.models, host=spec.host, device=spec.device,
+                          python=spec.python, ort_threads=spec.ort_threads, tls_cert=spec.tls_cert,
+                          tls_key=spec.tls_key, tls_root_cert=spec.tls_root_cert,
+                          startup_timeout=spec.startup_timeout)
+    try:
+        server.start()
+    except (InferenceError, OSError) as err:
+        return finish("failed", EXIT_FAILED, f"the Triton server did not start: {str(err).splitlines()[0]}")
+    except KeyboardInterrupt:
+        server.stop()
+        return finish("failed", 130, "interrupted while starting")
+    entry = Entry(name=name, address=host_port(spec.advertised_host(), server.ports["grpc"]),
+                  models=ready_models(server), ssl=bool(spec.tls_cert), root_certificates=spec.client_root_certificates,
+                  batch_id=report.batch_id, ttl_s=spec.ttl_s)
+    why = ""
+    try:
+        if not asked():
+            register(fleet.directory, entry)
+            print(f"server job {index}: registered {entry.address} serving {sorted(entry.models)}", flush=True)
+        while not (why := asked()):
+            if not server.alive():
+                why = f"its Triton server exited (code {server.process.returncode}); log:\n{server.log_tail(10)}"
+                break
+            entry.health = "ready" if server.ready() else "not ready"
+            register(fleet.directory, entry)
+            wake.wait(spec.heartbeat_s)
+    finally:
+        deregister(fleet.directory, name)  # first: clients stop choosing it before it stops answering
+    if server.alive():
+        print(f"server job {index}: leaving ({why}); draining {spec.drain_s:.0f} s", flush=True)
+        time.sleep(spec.drain_s)
+        server.stop()
+        if signalled:
+            signum = signalled[0]
+            return finish("failed", 128 + signum, f"terminated by {signal.Signals(signum).name} "
+                                                  f"(batch system stop or time limit); server stopped cleanly")
+        return finish("done", EXIT_STOPPED, f"stopped: {why}")
+    server.stop()
+    return finish("failed", EXIT_FAILED, why)
