@@ -10,6 +10,7 @@ import uproot
 from sonic_hep.data.miniaod.detector import Particles, simulate
 from sonic_hep.data.miniaod.events import Settings
 from sonic_hep.data.miniaod.generate import generate
+from sonic_hep.data.miniaod.lost_tracks import find_lost_tracks
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +125,32 @@ def test_displaced_tracks_have_impact_parameters_and_lost_hits():
     assert tp.sum() > 150 and td.sum() > 150
     assert np.median(np.abs(cd.dxy[td] / cd.dxyError[td])) > 20 > np.median(np.abs(cp.dxy[tp] / cp.dxyError[tp]))
     assert np.all(cd.lostInnerHits[td] >= 1) and np.mean(cp.lostInnerHits[tp] == -1) > 0.9
+
+
+def test_lost_tracks_are_the_tracks_no_pf_candidate_carries():
+    """Pions the tracker finds but PF leaves out (the tracking-efficiency misses here) become lost tracks above
+    0.95 GeV; displaced ones (30 cm, beyond the pixels) with loose quality and no pixel hits; none is a PF track."""
+    rng = np.random.default_rng(3)
+    prompt = _particles([211] * 400, [1] * 400, [5] * 400, [0.3] * 400, phi=0.5)
+    soft = _particles([211] * 100, [1] * 100, [0.8] * 100, [0.3] * 100, phi=0.5)
+    displaced = _particles([211] * 400, [1] * 400, [5] * 400, [0.3] * 400, phi=0.5, x=30.0)
+    for p, expect in ((prompt, "prompt"), (soft, None), (displaced, "displaced")):
+        cands = simulate(rng, p)
+        lost = find_lost_tracks(rng, p, cands)
+        n_pf_tracks = int((cands.charge != 0).sum())
+        if expect is None:
+            assert lost.pt.size == 0  # below 0.95 GeV
+        elif expect == "prompt":
+            assert 0 < lost.pt.size <= 400 - n_pf_tracks and np.all(lost.trkQuality == 4)
+            assert np.all(lost.numberOfPixelHits == 4) and np.all(lost.pt > 0.95)
+        else:
+            assert n_pf_tracks == 0 and 100 < lost.pt.size < 300  # efficiency 0.7 * (1 - 30/60) = 0.35
+            assert np.all(lost.trkQuality == 1) and np.all(lost.numberOfPixelHits == 0)
+            assert np.all(lost.stripLayers == 9)  # 10 strip layers, one (25.5 cm) inside 30 cm
+            assert np.median(np.abs(lost.dxy / lost.dxyError)) > 20
+
+
+def test_generated_files_hold_lost_tracks(events):
+    n = ak.num(events.LostTracks_pt)
+    assert ak.sum(n) > 0 and ak.all(events.LostTracks_pt > 0.95) and ak.all(abs(events.LostTracks_eta) < 2.5)
+    assert ak.all(events.LostTracks_pt[:, :-1] >= events.LostTracks_pt[:, 1:])  # pT-ordered
