@@ -29,6 +29,9 @@ EXTRAS: dict[str, tuple[str | None, str]] = {
     "acts": ("generators", "pyacts==48.1.0"),
     "torch": ("train", "torch==2.13.0"),
     "pytriton": (None, "nvidia-pytriton>=0.5"),
+    "fsspec_xrootd": ("remote", "fsspec-xrootd>=0.5"),
+    "XRootD": ("remote", "xrootd>=5.6"),
+    "aiohttp": ("remote", "aiohttp>=3.8"),
 }
 
 

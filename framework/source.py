@@ -27,6 +27,7 @@ import numpy as np
 import uproot
 
 from .config import SourceConfig
+from . import remote
 from .errors import SourceError, did_you_mean
 from .event import Chunk
 
@@ -59,7 +60,7 @@ def expand(paths: list[str]) -> list[str]:
 
 
 def _open_tree(path: str, tree: str) -> Any:
-    if "://" not in path and not os.path.exists(path):
+    if not remote.exists(path):  # remote files: retried reads, one clear error (framework/remote.py)
         raise SourceError(f"input file {path!r} does not exist")
     try:
         # local files through the memory map: no I/O thread, and the fastest reader uproot has
