@@ -1,8 +1,13 @@
-"""Direct inference: onnxruntime in this process, off the scheduler's threads (CMSSW's PseudoAsync).
+"""Direct inference: the model's engine in this process, off the scheduler's threads (CMSSW's PseudoAsync).
 
-One ``InferenceSession`` per model is shared by every stream (onnxruntime sessions are thread-safe
-for ``run``); calls run on a small thread pool so a worker that issued a request is free for other
-modules while onnxruntime (which releases the GIL) computes. Batches larger than the model's
+The engine is chosen by the model's backend, as a Triton server chooses it (:data:`ENGINES`):
+onnxruntime for ``onnxruntime_onnx``, torch for ``pytorch_libtorch`` (TorchScript ``model.pt``, opened
+by the same ``torchscript.py`` the server's python-based pytorch backend uses). Either gives a runner
+with onnxruntime's call, ``run(output names, feed)``, so the rest of this file does not care which.
+
+One runner per model is shared by every stream (onnxruntime sessions and TorchScript modules are
+thread-safe for inference); calls run on a small thread pool so a worker that issued a request is free
+for other modules while the engine (which releases the GIL) computes. Batches larger than the model's
 ``max_batch_size`` are split exactly as the SONIC client splits them, so both modes see the same
 batches.
 """
@@ -20,6 +25,7 @@ from typing import Any
 import onnxruntime as ort
 
 from ..errors import InferenceError
+from ..extras import require
 from .backends.onnxruntime.ort_session import open_session
 from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
@@ -27,8 +33,8 @@ from .repository import ModelInfo, ModelRepository
 
 log = logging.getLogger(__name__)
 
-#: model platforms (``platform`` or ``backend`` of config.pbtxt) onnxruntime runs in this process
-IN_PROCESS = ("onnxruntime_onnx", "onnxruntime")
+#: backends (``backend_of`` a model's config) that run in this process → the engine's name
+ENGINES = {"onnxruntime": "onnxruntime", "pytorch": "torch"}
 
 
 def providers(device: str) -> list[str]:
@@ -45,12 +51,13 @@ def providers(device: str) -> list[str]:
 
 
 class DirectClient(InferenceClient):
-    """Runs repository models with onnxruntime in-process.
+    """Runs repository models in-process: onnxruntime for ONNX models, torch for TorchScript ones.
 
     Args:
         repository (ModelRepository): where models are found (the same directories a server serves).
         workers (int): threads running sessions concurrently (requests beyond wait in a queue).
-        intra_op_threads (int): onnxruntime threads inside one run (1 keeps jobs polite on shared nodes).
+        intra_op_threads (int): engine threads inside one run (1 keeps jobs polite on shared nodes; torch's
+            setting is process-wide).
         inter_op_threads (int): onnxruntime threads across graph branches.
         device (str): "cpu", "gpu" or "auto".
     """
@@ -61,9 +68,10 @@ class DirectClient(InferenceClient):
                  inter_op_threads: int = 1, device: str = "cpu"):
         self.repository = repository
         self.options = (intra_op_threads, inter_op_threads)
+        self.device = device
         self.providers = providers(device)
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="onnxruntime")
-        self._sessions: dict[str, ort.InferenceSession] = {}
+        self._sessions: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.counters = Counters()
 
@@ -71,15 +79,17 @@ class DirectClient(InferenceClient):
         return self.repository.get(model)
 
     def check_runnable(self, model: str) -> None:
-        """Only ONNX models run in-process; an ensemble or a python-backend model needs a Triton server."""
+        """ONNX and TorchScript models run in-process; an ensemble, a python-backend or a TensorFlow model
+        needs a Triton server."""
         info = self.model_info(model)
-        if info.platform not in IN_PROCESS:
+        if info.backend not in ENGINES:
             kind = "an ensemble" if info.platform == "ensemble" else f"a {info.platform!r} model"
             raise InferenceError(f"model {model!r} is {kind}, which runs only on a Triton server: set "
                                  f"services.inference.mode=sonic (--inference sonic)")
 
-    def session(self, model: str) -> ort.InferenceSession:
-        """The model's shared session, created (after checksum verification) on first use."""
+    def session(self, model: str) -> Any:
+        """The model's shared runner (an onnxruntime session, or a TorchScript runner with the same
+        ``run``), created (after checksum verification) on first use."""
         with self._lock:
             if model not in self._sessions:
                 self.check_runnable(model)
@@ -88,13 +98,30 @@ class DirectClient(InferenceClient):
                 path = info.model_file()
                 if not path.exists():
                     raise InferenceError(f"model {model!r}: {path} does not exist")
+                opener = self._open_torchscript if info.backend == "pytorch" else self._open_onnx
                 try:
-                    self._sessions[model] = open_session(os.fspath(path), info.config_dict, self.providers,
-                                                         *self.options)
+                    self._sessions[model] = opener(os.fspath(path), info.config_dict)
+                except InferenceError:
+                    raise
                 except Exception as err:
-                    raise InferenceError(f"model {model!r}: onnxruntime cannot load {path}: {err}") from None
-                log.debug("loaded %s with %s", path, self.providers)
+                    lines = str(err).strip().splitlines()
+                    raise InferenceError(f"model {model!r}: {ENGINES[info.backend]} cannot load {path}: "
+                                         f"{lines[-1] if lines else repr(err)}") from None
+                log.debug("loaded %s", path)
             return self._sessions[model]
+
+    def _open_onnx(self, path: str, config: dict[str, Any]) -> ort.InferenceSession:
+        return open_session(path, config, self.providers, *self.options)
+
+    def _open_torchscript(self, path: str, config: dict[str, Any]) -> Any:
+        torch = require("torch", "a TorchScript (pytorch_libtorch) model in direct mode", InferenceError)
+        from .backends.pytorch.torchscript import open_torchscript
+
+        cuda = torch.cuda.is_available()
+        if self.device == "gpu" and not cuda:
+            raise InferenceError("device 'gpu' asked for, but this torch has no CUDA")
+        device = "cuda" if cuda and self.device != "cpu" else "cpu"
+        return open_torchscript(path, config, device, threads=self.options[0])
 
     def run(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> dict[str, InputArray]:
         """Synchronous inference on the calling thread (the Future-less form of :meth:`infer`)."""
@@ -107,8 +134,8 @@ class DirectClient(InferenceClient):
         for part in split_requests(info, inputs, batch):
             try:
                 values = session.run(names, part)
-            except Exception as err:  # onnxruntime's exceptions carry no common base we can name
-                raise InferenceError(f"model {model!r}: onnxruntime failed: {err}") from None
+            except Exception as err:  # the engines' exceptions carry no common base we can name
+                raise InferenceError(f"model {model!r}: {ENGINES[info.backend]} failed: {err}") from None
             parts.append(dict(zip(names, values)))
             # the bytes this request would carry to a server (a planner sizes a link from a direct run too)
             self.counters.add(model, bytes_sent=payload_bytes(part), bytes_received=payload_bytes(parts[-1]))

@@ -89,9 +89,15 @@ class ModelInfo:
     def platform(self) -> str:
         return self.config.platform or self.config.backend
 
+    @property
+    def backend(self) -> str:
+        """The Triton backend that runs the model (see :func:`backend_of`)."""
+        return backend_of(self.config)
+
     def model_file(self) -> Path:
-        """The file direct inference loads (``<version>/model.onnx`` unless ``default_model_filename``)."""
-        filename = self.config.default_model_filename or "model.onnx"
+        """The file direct inference loads (``<version>/<default_model_filename>``, else the platform's
+        default name: ``model.onnx``, ``model.pt``, ...)."""
+        filename = self.config.default_model_filename or DEFAULT_MODEL_FILES.get(self.platform, "model.onnx")
         return self.path / str(self.version) / filename
 
     def checksums(self) -> dict[str, str]:
@@ -131,6 +137,27 @@ class ModelInfo:
         point), the same from a repository entry and from a server; checksum entries left out."""
         return {name: value.string_value for name, value in self.config.parameters.items()
                 if not name.startswith(CHECKSUM_PARAMETER)}
+
+
+#: Triton's platform → backend names (a config names one or the other; ``ensemble`` is the core's own)
+PLATFORM_BACKENDS: dict[str, str] = {
+    "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow", "tensorrt_plan": "tensorrt", "ensemble": "ensemble",
+}
+#: the model file in a version folder when the config has no ``default_model_filename``, as Triton names it
+DEFAULT_MODEL_FILES: dict[str, str] = {
+    "onnxruntime_onnx": "model.onnx", "onnxruntime": "model.onnx", "pytorch_libtorch": "model.pt",
+    "pytorch": "model.pt", "tensorflow_savedmodel": "model.savedmodel", "tensorflow_graphdef": "model.graphdef",
+    "tensorrt_plan": "model.plan",
+}
+
+
+def backend_of(config: mc.ModelConfig) -> str:
+    """The backend Triton runs a model with: the config's ``backend``, else the one its ``platform`` maps
+    to (``pytorch_libtorch`` → ``pytorch``). The one place that classifies models by what runs them."""
+    if config.backend:
+        return config.backend
+    return PLATFORM_BACKENDS.get(config.platform, config.platform)
 
 
 #: prefix of the model parameters that carry the checksums in a runtime config (the pip server has no

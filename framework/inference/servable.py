@@ -1,0 +1,116 @@
+"""Which models a server can serve, and why not: decided once, before the server starts.
+
+Triton refuses to start when one model of its repository cannot load (``unable to find backend library
+for backend 'pytorch'`` ... ``failed to load all models``), and CMS's real ``models/`` folder mixes
+ONNX models with TorchScript twins. A server therefore serves what it can and names the rest with
+the reason (``sonic server start --strict`` refuses instead). A model is servable when:
+
+* its backend (:func:`~.repository.backend_of`) is one the pip Triton runs itself (``python``,
+  ``ensemble``) or one of our python-based backends (a folder with ``model.py`` under
+  ``framework/inference/backends/``, or one the caller adds);
+* the engine that backend needs imports in the *server's* python (torch for ``pytorch``, tensorflow for
+  ``tensorflow``; onnxruntime is a dependency of sonic-hep and not probed);
+* its model file exists (``<version>/model.pt`` ...), for backends that read one;
+* for an ensemble, every step model is served.
+
+Example::
+
+    skipped = unservable([repo.get(n) for n in repo.names()], sys.executable)
+    # {"deepmet_tf": "platform 'tensorflow_savedmodel' runs on the python-based 'tensorflow' backend, ..."}
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .repository import ModelInfo, backend_of
+
+#: backends the pip Triton runs without a backend folder of ours
+BUILTIN = frozenset({"python", "ensemble"})
+#: our python-based backends → the module their ``model.py`` needs in the server's python (onnxruntime,
+#: a dependency of sonic-hep, is not probed: every server start would pay for the import)
+ENGINES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tensorflow"}
+#: where our python-based backends live (a folder per backend name, holding ``model.py``)
+BACKENDS = Path(__file__).resolve().parent / "backends"
+
+
+def backend_names(extra: Iterable[str] = ()) -> set[str]:
+    """The backends a server of ours has: Triton's own, our python-based ones, and ``extra``."""
+    ours = {p.name for p in BACKENDS.iterdir() if (p / "model.py").exists()}
+    return set(BUILTIN) | ours | set(extra)
+
+
+@functools.cache
+def import_problem(python: str, module: str) -> str:
+    """Why ``module`` does not import in the interpreter ``python`` ("" when it does).
+
+    Run in a child process (the server's python may not be this one, and importing torch here would
+    grow every job that starts a server); answered once per interpreter and module.
+    """
+    if python == sys.executable and module in sys.modules:
+        return ""
+    try:
+        result = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"cannot run {python}: {err}"
+    if result.returncode == 0:
+        return ""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"import {module} exited with code {result.returncode}"
+
+
+def reason(info: ModelInfo, python: str, backends: set[str]) -> str:
+    """Why the server cannot serve ``info`` on its own ("" when it can; ensembles: see :func:`unservable`)."""
+    backend = backend_of(info.config)
+    what = f"platform {info.platform!r}" if info.config.platform else f"backend {backend!r}"
+    if backend not in backends:
+        return (f"{what}: this server has no {backend!r} backend (it has {', '.join(sorted(backends))}); "
+                f"serve the model on a Triton server that has one")
+    module = ENGINES.get(backend)
+    if module:
+        problem = import_problem(python, module)
+        if problem:
+            return (f"{what} runs on the python-based {backend!r} backend, which needs {module} in the server's "
+                    f"python ({python}): {problem}")
+    if backend not in BUILTIN and info.path is not None:
+        path = info.model_file()
+        if not path.exists():
+            return f"{what}: its model file {path} does not exist"
+    return ""
+
+
+def unservable(infos: Iterable[ModelInfo], python: str, extra_backends: Iterable[str] = ()) -> dict[str, str]:
+    """``{model name: reason}`` for each model of ``infos`` the server cannot serve (see the module docstring).
+
+    Args:
+        infos: the models asked for.
+        python: the interpreter the server's python stubs run.
+        extra_backends: python-based backends the caller adds to the server.
+    """
+    backends = backend_names(extra_backends)
+    infos = list(infos)
+    skipped = {info.name: why for info in infos if (why := reason(info, python, backends))}
+    ensembles = [info for info in infos if info.backend == "ensemble" and info.name not in skipped]
+    changed = True
+    while changed:  # an ensemble of an ensemble whose step is skipped is skipped too
+        changed = False
+        served = {info.name for info in infos} - set(skipped)
+        for info in ensembles:
+            if info.name in skipped:
+                continue
+            for step in info.config.ensemble_scheduling.step:
+                if step.model_name not in served:
+                    why = skipped.get(step.model_name, "not among the served models")
+                    skipped[info.name] = f"ensemble step {step.model_name!r} is not served ({why})"
+                    changed = True
+                    break
+    return skipped
+
+
+def one_line(skipped: Mapping[str, str]) -> str:
+    """The skipped models and reasons on one line, for ``--strict``'s error and logs."""
+    return "; ".join(f"{name!r}: {why}" for name, why in skipped.items())
