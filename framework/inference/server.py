@@ -55,6 +55,7 @@ from typing import Any
 from ..errors import InferenceError
 from . import runtime_repository
 from .owner import ProcessId, sweep_shared_memory
+from .servable import one_line, unservable
 from .private_memory import make_private, preload_library
 from .repository import ModelInfo, ModelRepository
 from .sockets import bind_problem, is_loopback, listening
@@ -115,6 +116,8 @@ class TritonServer:
         startup_timeout (float): seconds to wait for readiness.
         cpus (Iterable[int] | None): CPU cores the server (and its python stubs) may run on, so that
             a server sharing a node with jobs gets cores of its own (default: all of this process's).
+        strict (bool): refuse to start (one line naming each model and reason) when a model cannot be
+            served; by default such models are left out, each logged with its reason (``skipped``).
         backend (str): what serves ``onnxruntime_onnx`` models: "native" (the compiled backend,
             ``backends/native``; an error when it cannot be built), "python" (the python-based one) or
             "auto" (native where it builds, else python-based after a one-line notice).
@@ -128,7 +131,7 @@ class TritonServer:
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, model_control: str = "none",
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | None = None,
-                 keep_workdir: bool | None = None, backend: str = "auto"):
+                 keep_workdir: bool | None = None, backend: str = "auto", strict: bool = False):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
         if backend not in BACKEND_CHOICES:
@@ -165,6 +168,9 @@ class TritonServer:
         self.log_verbose = log_verbose
         self.startup_timeout = startup_timeout
         self.served: list[str] = []
+        self.strict = strict
+        #: models left out because this server cannot serve them: ``{name: reason}`` (see ``servable.py``)
+        self.skipped: dict[str, str] = {}
         self.process: subprocess.Popen | None = None
         self._log_file: Any = None
         self.owner = ProcessId.current()
@@ -241,7 +247,7 @@ class TritonServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         repo_dir = self.workdir / "repository"
         shutil.rmtree(repo_dir, ignore_errors=True)
-        served = runtime_repository.prepare(self.repository, repo_dir, self.models, self.device)
+        served = runtime_repository.prepare(self.repository, repo_dir, self._servable(), self.device)
         self.served = [info.name for info in served]
         native = self._native_library(served)
         self.model_backends = {info.name: model_backend(info, native is not None) for info in served}
@@ -274,6 +280,23 @@ class TritonServer:
         log.info("Triton server ready, pid %d, listening on %s; models %s; log %s", self.pid, endpoints,
                  self.served, self.log_path)
         return self
+
+    def _servable(self) -> list[str]:
+        """The models to serve: those asked for (default: all) less those this server cannot serve, which
+        are logged with their reasons (``skipped``); with ``strict`` they are an error instead.
+
+        Raises:
+            InferenceError: with ``strict`` and a model that cannot be served, or when none can be.
+        """
+        names = self.models if self.models is not None else self.repository.names()
+        infos = [self.repository.get(name) for name in names]  # an unknown name stays an error
+        self.skipped = unservable(infos, self.python.executable, list(self.backends or {}))
+        if self.skipped and (self.strict or len(self.skipped) == len(names)):
+            why = "strict: every model must be served" if self.strict else "no model can be served"
+            raise InferenceError(f"cannot start the Triton server ({why}): {one_line(self.skipped)}")
+        for name, reason in self.skipped.items():
+            log.warning("model %r is not served: %s", name, reason)
+        return [name for name in names if name not in self.skipped]
 
     def _native_library(self, served: list[ModelInfo]) -> Path | None:
         """The native onnxruntime backend library when this server uses it (``backend``), else None.
@@ -504,7 +527,8 @@ class TritonServer:
                 "mutual_tls": bool(self.tls["root"]), "http": self.http_url, "metrics": self.metrics_url,
                 "bound": self.bound(), "models": self.served, "device": self.device,
                 "python": self.python.executable, "log": str(self.log_path), "workdir": str(self.workdir),
-                "cpus": self.cpus, "backend": self.backend, "model_backends": self.model_backends}
+                "cpus": self.cpus, "backend": self.backend, "model_backends": self.model_backends,
+                "skipped": self.skipped}
 
     def __enter__(self) -> TritonServer:
         return self.start()

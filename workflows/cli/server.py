@@ -105,6 +105,22 @@ def _repositories(args: argparse.Namespace) -> list[str]:
     return [resolve_repository(p) for p in paths]
 
 
+def _strict(args: argparse.Namespace) -> bool:
+    """``--strict``, or ``services.inference.fallback_server.strict`` of ``--config``: refuse to start when a
+    model cannot be served, instead of serving the rest."""
+    if args.strict or not args.config:
+        return bool(args.strict)
+    from ...framework import config as cfgmod
+
+    server_options = cfgmod.load(args.config).services.get("inference", {}).get("fallback_server") or {}
+    return bool(server_options.get("strict", False))
+
+
+def _not_served(skipped: dict[str, str]) -> list[str]:
+    """One line per model a server leaves out, with the reason (``TritonServer.skipped``)."""
+    return [f"not served: {name}: {reason}" for name, reason in skipped.items()]
+
+
 def start(args: argparse.Namespace) -> int:
     from ...framework.inference.server import TritonServer, parse_cpus
 
@@ -114,7 +130,8 @@ def start(args: argparse.Namespace) -> int:
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
                           model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
-                          cpus=parse_cpus(args.cpus) if args.cpus else None, backend=args.backend)
+                          cpus=parse_cpus(args.cpus) if args.cpus else None, backend=args.backend,
+                          strict=_strict(args))
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -134,6 +151,8 @@ def start(args: argparse.Namespace) -> int:
         print(f"Triton server ready: grpc {server.grpc_url}  {_banner(server)}")
         print(f"models: {', '.join(server.served)}")  # exposure warnings: logged by server.start()
         print(f"backends: {_backend_summary(server.model_backends)}")
+        for line in _not_served(server.skipped):
+            print(line)
         print(f"log: {server.log_path}   (Ctrl-C or `sonic server stop {server.grpc_url}` stops it)", flush=True)
         while not stop_requested and server.alive():
             time.sleep(0.2)
@@ -148,7 +167,8 @@ def start(args: argparse.Namespace) -> int:
             record.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        print("Triton server stopped", file=sys.stderr)
+        if record is not None:  # a server that never started (--strict, a taken port) leaves only its error line
+            print("Triton server stopped", file=sys.stderr)
 
 
 def _backend_summary(model_backends: dict[str, str]) -> str:
@@ -247,6 +267,8 @@ def status(args: argparse.Namespace) -> int:
             reason = f" ({model.reason})" if model.reason else ""
             print(f"  {model.name:<28} {model.version or '-':>7}  {backends.get(model.name, '-'):<26} "
                   f"{model.state or 'UNAVAILABLE'}{reason}")
+        for name, why in (records.get(address, {}).get("skipped") or {}).items():  # left out at start
+            print(f"  {name:<28} {'-':>7}  {'-':<26} NOT SERVED ({why})")
     return 1 if failures else 0
 
 
@@ -299,6 +321,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "or auto (native where it builds, else python-based with a notice)")
     p.add_argument("--cpus", metavar="LIST", help="pin the server to these cores (e.g. 0-7,12), leaving the rest to jobs")
     p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse to start when a model cannot be served (default: serve the rest, naming each left out "
+                        "with the reason); also services.inference.fallback_server.strict of --config")
     p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate: gRPC over TLS (with --tls-key)")
     p.add_argument("--tls-key", metavar="PEM", help="server private key")
