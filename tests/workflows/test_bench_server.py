@@ -8,7 +8,6 @@ benchmark must notice it from the statistics.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics

@@ -4,8 +4,14 @@ The table CMS showed for its SONIC demonstrator (ParticleNet-AK4 42 ms, AK8 11 m
 DeepTau 21 ms of a 993 ms event; inputs 0.04 / 0.003 / 0.33 / 1.18 MB), for ``configs/miniaod.yaml``
 on generated events, with the models run in-process (direct) and on Triton (SONIC) in one run::
 
-    sonic bench miniaod --events 100                       # generates the events, starts a local Triton
-    sonic bench miniaod --input ttbar.root --server 10.0.0.7:8001 --config miniaod_cms
+    sonic bench miniaod --events 100                       # generates the events, starts local Tritons
+    sonic bench miniaod --input ttbar.root --server 10.0.0.7:8001 --config miniaod_cms --modes direct,sonic
+
+Modes: ``direct`` (onnxruntime in the job), ``sonic-python`` and ``sonic-native`` (the job's local
+Triton server with ONNX models on the python-based or the native onnxruntime backend, side by side),
+``sonic`` (the servers given with ``--server``, or a local one on the best backend available).
+``--repeat N`` runs every mode N times, interleaved (so a change in the load of a shared machine hits
+every mode alike), and reports each mode's run of median event time.
 
 A module's time is its acquire (input building) + the inference of its requests (onnxruntime run, or
 the Triton round trip, from the inference client's statistics) + its produce, per event, with one
@@ -14,14 +20,15 @@ it by the wall time per event. The modules' sum may exceed the event by the over
 (one module builds inputs while another's inference runs). The input size is what the producer sends
 per event (CMS's layouts, float32), counted at its inference calls in the first mode's run itself: the
 producers' own preprocessing, never a copy of it here (a model two modules share counts for each). The
-outputs of both modes are compared (largest difference of any written value). Results go to ``--out``:
-``miniaod.md``, ``miniaod.json``.
+outputs of every mode are compared with the first's (largest difference of any written value). Results go
+to ``--out``: ``miniaod.md``, ``miniaod.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -29,10 +36,18 @@ from typing import Any
 
 from ...framework import Process
 from ...framework import config as cfgmod
+from ...framework.errors import SonicError
 from ..compare import compare_files
 from ._machine import machine_description
 from ._samples import generated_input
 from ._sent import count_sent
+
+log = logging.getLogger(__name__)
+
+
+#: mode name → (services.inference.mode, backend of the job's local server: None = the default)
+MODES = {"direct": ("direct", None), "sonic": ("sonic", None), "sonic-python": ("sonic", "python"),
+         "sonic-native": ("sonic", "native")}
 
 
 def algorithm(module_type: str) -> str:
@@ -46,7 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=100, help="events to generate and process")
     parser.add_argument("--seed", type=int, default=11, help="generator seed when generating")
     parser.add_argument("--config", default="miniaod", help="configuration (miniaod, miniaod_cms or a file)")
-    parser.add_argument("--modes", default="direct,sonic", help="comma-separated: direct, sonic")
+    parser.add_argument("--modes", default="direct,sonic-python,sonic-native",
+                        help=f"comma-separated: {', '.join(MODES)}")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per mode, interleaved; each mode's run of median event time is reported")
     parser.add_argument("--server", action="append", help="Triton server for sonic (default: a local one)")
     parser.add_argument("--streams", type=int, default=1, help="events in flight")
     parser.add_argument("--threads", type=int, default=1, help="worker threads")
@@ -54,12 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="configuration override, as for sonic run (e.g. services.inference.repository=[dir])")
 
 
-def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    mode, backend = MODES[name]
     overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"options.streams={args.streams}",
                  f"options.threads={args.threads}", "options.progress=false", "services.inference.workers=1",
-                 f"output.file='{out / f'miniaod_{mode}.root'}'", *args.param]
-    if mode == "sonic" and args.server:
+                 f"output.file='{out / f'miniaod_{name}.root'}'", *args.param]
+    if name == "sonic" and args.server:
         overrides.append("services.inference.servers=[" + ", ".join(f"'{s}'" for s in args.server) + "]")
+    if backend is not None:  # the job's own local server, on this backend
+        overrides += ["services.inference.servers=[]", f"services.inference.fallback_server.backend={backend}"]
     config = cfgmod.load(config_name, overrides)
     process = Process(config)
     sent = count_sent(process)  # what each producer's own acquire sends, in this very run
@@ -82,7 +103,7 @@ def run_mode(config_name: str, path: str, mode: str, out: Path, args: argparse.N
                         "wait_ms": m.get("wait_ms_per_event")})
     sent_by_model = sent.sent if sent is not None else {}
     input_mb = {m["label"]: sent_by_model.get(models[m["label"]], 0) / events / 1e6 for m in report["modules"]}
-    return {"mode": mode, "events": report["events"], "event_ms": event_ms, "events_per_s": report["events_per_s"],
+    return {"mode": name, "events": report["events"], "event_ms": event_ms, "events_per_s": report["events_per_s"],
             "modules": modules, "inference": report.get("inference"), "output": result.output,
             "models": {label: model or "" for label, model in models.items()}, "input_mb": input_mb}
 
@@ -91,7 +112,7 @@ def markdown(results: dict[str, Any]) -> str:
     modes = [r["mode"] for r in results["runs"]]
     head = "| module | algorithm | model | input MB/evt | " + " | ".join(
         f"{m} ms/evt | {m} % of event" for m in modes) + " |"
-    lines = [f"# sonic bench miniaod\n", f"Machine: {results['machine']}  ",
+    lines = ["# sonic bench miniaod\n", f"Machine: {results['machine']}  ",
              f"Input: {results['input']} ({results['runs'][0]['events']} events), config {results['config']}, "
              f"{results['streams']} stream(s), {results['threads']} thread(s)\n", head,
              "|" + "---|" * (4 + 2 * len(modes))]
@@ -110,8 +131,18 @@ def markdown(results: dict[str, Any]) -> str:
                  + " |")
     lines.append("")
     lines.append(" · ".join(f"{r['mode']}: {r['events_per_s']:.1f} events/s" for r in results["runs"]))
-    if "comparison" in results:
-        lines.append(f"\nDirect vs SONIC outputs: {results['comparison']}")
+    first = results["runs"][0]["mode"]
+    if results.get("ratios"):
+        lines.append("\nEvent time relative to " + first + ": " + " · ".join(
+            f"{mode} **{ratio:.2f}×**" for mode, ratio in results["ratios"].items()))
+    if results.get("repeat", 1) > 1:
+        lines.append(f"\nEach mode's run of median event time of {results['repeat']} (interleaved); all runs, ms/event: "
+                     + " · ".join(f"{r['mode']} {', '.join(f'{t:.1f}' for t in r['repeats_event_ms'])}"
+                                  for r in results["runs"]))
+    for mode, comparison in results.get("comparisons", {}).items():
+        lines.append(f"\n{first} vs {mode} outputs: {comparison['summary']}")
+    for mode, reason in results.get("unavailable", {}).items():
+        lines.append(f"\n{mode}: not measured: {reason}")
     return "\n".join(lines) + "\n"
 
 
@@ -120,17 +151,49 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = args.input or generated_input(out, "miniaod", args.events, args.seed)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise SystemExit(f"sonic bench miniaod: unknown mode(s) {unknown}; choose from {list(MODES)}")
+    if args.server and any(MODES[m][1] for m in modes):
+        raise SystemExit("sonic bench miniaod: --server is for mode 'sonic' (the sonic-python/sonic-native modes "
+                         "start their own local server): use --modes direct,sonic")
+    repeats: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    unavailable: dict[str, str] = {}
+    for _ in range(max(1, args.repeat)):
+        for mode in modes:  # interleaved: a change in the machine's load hits every mode alike
+            if mode in unavailable:
+                continue
+            try:
+                repeats[mode].append(run_mode(args.config, path, mode, out, args))
+            except SonicError as err:
+                if MODES[mode][1] != "native":
+                    raise
+                unavailable[mode] = str(err).splitlines()[0]  # e.g. no C++ compiler here: said, not fatal
+                log.warning("sonic bench miniaod: mode %s skipped: %s", mode, unavailable[mode])
+    runs = []
+    for mode in (m for m in modes if repeats[m]):
+        ordered = sorted(repeats[mode], key=lambda r: r["event_ms"])
+        run = dict(ordered[(len(ordered) - 1) // 2])
+        run["repeats_event_ms"] = [r["event_ms"] for r in repeats[mode]]
+        runs.append(run)
     results: dict[str, Any] = {
         "machine": machine_description(), "input": os.path.basename(path), "config": args.config,
-        "streams": args.streams, "threads": args.threads,
-        "runs": [run_mode(args.config, path, mode, out, args) for mode in modes],
+        "streams": args.streams, "threads": args.threads, "repeat": max(1, args.repeat), "runs": runs,
+        "unavailable": unavailable,
     }
-    first = results["runs"][0] if results["runs"] else {}
+    first = runs[0] if runs else {}
     results.update(models=first.get("models", {}), input_mb=first.get("input_mb", {}))
-    if len(results["runs"]) == 2:
-        comparison = compare_files(results["runs"][0]["output"], results["runs"][1]["output"])
-        results.update(max_difference=comparison.worst, outputs_equal=comparison.equal(),
-                       comparison=comparison.summary().splitlines()[0])
+    results["ratios"] = {r["mode"]: r["event_ms"] / first["event_ms"] for r in runs[1:]}
+    results["comparisons"] = {}
+    for other in runs[1:]:
+        comparison = compare_files(first["output"], other["output"])
+        results["comparisons"][other["mode"]] = {"max_difference": comparison.worst, "equal": comparison.equal(),
+                                                 "summary": comparison.summary().splitlines()[0]}
+    if results["comparisons"]:  # all modes against the first, in one figure and one line
+        worst = max(results["comparisons"].items(), key=lambda item: item[1]["max_difference"])
+        results.update(max_difference=worst[1]["max_difference"],
+                       outputs_equal=all(c["equal"] for c in results["comparisons"].values()),
+                       comparison=f"{worst[0]}: {worst[1]['summary']}")
     (out / "miniaod.json").write_text(json.dumps(results, indent=2, default=str))
     text = markdown(results)
     (out / "miniaod.md").write_text(text)
