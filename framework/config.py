@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from . import columns
 from .errors import ConfigError, did_you_mean
 from .settings import Problem, build, limits
 
@@ -131,7 +132,9 @@ class SourceConfig:
     """Where events come from.
 
     ``type: root`` reads TTrees or RNTuples with uproot; ``type: empty`` makes ``events`` events with
-    no input columns (for generator modules)."""
+    no input columns (for generator modules). ``columns`` maps the keys modules consume onto the file's
+    own names (renames, defaults, concatenations, references; :mod:`.columns`), so producers written for
+    one schema read another's files."""
 
     type: str = "root"
     files: list[str] = field(default_factory=list)
@@ -140,6 +143,7 @@ class SourceConfig:
     max_events: int = field(default=-1, metadata=limits(min=-1, hint=" (-1 means all events)"))
     chunk_size: int = field(default=1000, metadata=limits(min=1))
     events: int = field(default=0, metadata=limits(min=0))
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -314,6 +318,7 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     source = _section(data, "source", SourceConfig, file)
     output = _section(data, "output", OutputConfig, file)
     options = _section(data, "options", Options, file)
+    source.columns = _source_columns(data, file)
     if source.type not in ("root", "empty"):
         raise ConfigError(f"unknown source type {source.type!r}; use 'root' or 'empty'",
                           key="source.type", **origin(data.get("source") or {}, "type", file))
@@ -323,6 +328,19 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     return ProcessConfig(name=name, file=file, source=source, modules=modules, path=list(path), output=output,
                          services={k: dict(v) for k, v in services.items()}, options=options, raw=_plain(data),
                          service_origins=service_origins)
+
+
+def _source_columns(data: dict, file: str | None) -> dict[str, Any]:
+    """``source.columns`` parsed, a malformed entry named by file, line and key (``source.columns.Jet.fields``)."""
+    raw_source = data.get("source") or {}
+    raw = raw_source.get("columns")
+    try:
+        return columns.parse(raw)
+    except columns.SpecError as err:
+        entry = err.path.split(".")[0].split("[")[0]
+        where = origin(raw, entry, file) if isinstance(raw, dict) and entry in raw else origin(raw_source, "columns", file)
+        key = "source.columns" + (f".{err.path}" if err.path else "")
+        raise ConfigError(err.message, key=key, **where) from None
 
 
 def _plain(value: Any) -> Any:

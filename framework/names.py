@@ -1,0 +1,166 @@
+"""The names a physicist sees in a TTree or RNTuple, and what uproot must read for each.
+
+ROOT files spell one column several ways. A split-object TTree (Delphes, bacon, any class written with
+a split level) has branches whose full path is ``Jet/Jet.PT`` while ``TTree::Draw``, ``TBrowser`` and
+uproot's own short names say ``Jet.PT``; the top branch ``Jet`` holds only the object count, but a
+physicist means "the jets, a record of their leaves". An RNTuple has nested fields
+(``my_struct.sub_struct.i``) that uproot reads as part of their top-level field. A :class:`Catalog`
+indexes one tree's names once per file so that the source can
+
+* find a column under any of its names (full path, short name, short name without a ``[N]`` array
+  suffix), and tell uproot the one exact name to read (``Leaf.read``) and where the values sit in what it
+  returns (``Leaf.path``, for RNTuple sub-fields);
+* list the members of a collection (``Catalog.members``): the leaves under a split object or an RNTuple
+  record, by field name (``Jet.PT`` → ``PT``), or NanoAOD's ``Jet_pt`` branches;
+* say in one line why a column cannot be read (a type uproot has no interpretation for), and suggest
+  close names for one that does not exist.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import uproot
+
+from .errors import did_you_mean
+
+#: a fixed-size array suffix of a leaf name (``Jet.FracPt[5]``), which ``TTree::Draw`` users leave out
+_ARRAY_SUFFIX = re.compile(r"\[\d+\]$")
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One readable column of a tree.
+
+    Attributes:
+        name: the name a physicist sees (uproot's short name for a TTree branch, the dotted name for an
+            RNTuple field).
+        read: the exact name passed to uproot (a TTree branch's full path; an RNTuple field's dotted name).
+        path: for an RNTuple sub-field, the fields to descend into from the top-level record uproot returns.
+        typename: the C++ type, for messages.
+        unreadable: why uproot cannot read it (``None``: it can).
+    """
+
+    name: str
+    read: str
+    path: tuple[str, ...] = ()
+    typename: str = ""
+    unreadable: str | None = None
+
+    @property
+    def top(self) -> str:
+        """The key of uproot's returned dict that holds this leaf (its top-level field for an RNTuple)."""
+        return self.read.split(".")[0] if self.path else self.read
+
+
+def _unreadable(branch: Any) -> str | None:
+    """Why uproot has no interpretation for ``branch`` (``None`` when it has one)."""
+    try:
+        interpretation = branch.interpretation
+    except Exception as err:  # noqa: BLE001 - uproot raises many types for a class it cannot stream
+        return f"{type(err).__name__}: {err}"
+    if isinstance(interpretation, uproot.interpretation.identify.UnknownInterpretation):
+        return f"uproot has no interpretation for it ({interpretation.reason})"
+    return None
+
+
+class Catalog:
+    """The names of one TTree or RNTuple (built once per file).
+
+    Args:
+        tree: an uproot TTree or RNTuple.
+    """
+
+    def __init__(self, tree: Any):
+        self.tree = tree
+        self.is_rntuple = not isinstance(tree, uproot.behaviors.TBranch.HasBranches)
+        #: every name a column may be asked for → its leaf
+        self.leaves: dict[str, Leaf] = {}
+        #: collections (split objects, RNTuple records): name → {field: leaf}
+        self.groups: dict[str, dict[str, Leaf]] = {}
+        (self._index_rntuple if self.is_rntuple else self._index_ttree)()
+        #: leaves by full path, for NanoAOD-style `<collection>_<field>` members
+        self._plain = {name: leaf for name, leaf in self.leaves.items() if name == leaf.read}
+
+    # -- indexing ------------------------------------------------------------------------------------
+    def _index_ttree(self) -> None:
+        short_count: dict[str, int] = {}
+        entries: list[tuple[str, Any]] = list(self.tree.iteritems(recursive=True, full_paths=True))
+        for _, branch in entries:
+            short_count[branch.name] = short_count.get(branch.name, 0) + 1
+        children: dict[str, list[tuple[str, Leaf]]] = {}
+        for full, branch in entries:
+            if branch.branches:  # a split object: its own value is a count, its meaning is its leaves
+                children.setdefault(full, [])
+                continue
+            leaf = Leaf(branch.name, full, (), branch.typename, _unreadable(branch))
+            self.leaves.setdefault(full, leaf)
+            parts = full.split("/")
+            for depth in range(1, len(parts)):
+                children.setdefault("/".join(parts[:depth]), []).append((full, leaf))
+        # short names (and TTree::Draw's name without [N]) where they name one leaf only
+        for full, leaf in list(self.leaves.items()):
+            if short_count.get(leaf.name) == 1:
+                self.leaves.setdefault(leaf.name, leaf)
+                bare = _ARRAY_SUFFIX.sub("", leaf.name)
+                if bare != leaf.name and bare not in short_count:
+                    self.leaves.setdefault(bare, leaf)
+        for full, members in children.items():
+            group_name = full.split("/")[-1]
+            prefix = group_name if group_name.endswith(".") else group_name + "."
+            fields: dict[str, Leaf] = {}
+            for leaf_full, leaf in members:
+                field = leaf.name[len(prefix):] if leaf.name.startswith(prefix) else leaf.name
+                if field in fields:  # two sub-objects with a leaf of the same name: keep them apart
+                    field = ".".join(leaf_full[len(full) + 1:].split("/"))
+                fields[field] = leaf
+            self.groups.setdefault(full, fields)
+            if short_count.get(group_name) == 1:
+                self.groups.setdefault(group_name, fields)
+                if group_name.endswith("."):  # a top-level object branch named "Beam." is "Beam" to a user
+                    self.groups.setdefault(group_name[:-1], fields)
+
+    def _index_rntuple(self) -> None:
+        names = list(self.tree.keys())
+        nested = {name.rsplit(".", 1)[0] for name in names if "." in name}
+        for name in names:
+            parts = name.split(".")
+            try:
+                typename = str(self.tree[name].type_name) if hasattr(self.tree[name], "type_name") else ""
+            except Exception:  # noqa: BLE001 - only for messages
+                typename = ""
+            self.leaves[name] = Leaf(name, name, tuple(parts[1:]), typename)
+            if name in nested:
+                self.groups[name] = {}
+        for name in names:
+            if "." in name:
+                parent, field = name.rsplit(".", 1)
+                self.groups[parent][field] = self.leaves[name]
+
+    # -- lookups -------------------------------------------------------------------------------------
+    def leaf(self, name: str) -> Leaf | None:
+        """The column ``name`` (any of its names), or ``None``. A split object's count is not a column."""
+        leaf = self.leaves.get(name)
+        if leaf is None or (not self.is_rntuple and name in self.groups):
+            return None
+        return leaf
+
+    def members(self, name: str) -> dict[str, Leaf] | None:
+        """The fields of collection ``name``: a split object's or RNTuple record's leaves, else NanoAOD's
+        ``<name>_<field>`` branches (``None`` when there are none)."""
+        if name in self.groups:
+            return self.groups[name]
+        prefix = name + "_"
+        found = {n[len(prefix):]: leaf for n, leaf in self._plain.items() if n.startswith(prefix) and "/" not in n}
+        return found or None
+
+    def suggest(self, name: str) -> str:
+        """`` (did you mean ...?)`` for a name that is not in the tree."""
+        return did_you_mean(name, list(self.leaves) + list(self.groups))
+
+    def unreadable_error(self, leaf: Leaf, file: str) -> str:
+        """The one-line reason a leaf cannot be read, naming branch, type and file."""
+        return (f"branch {leaf.name!r} in {file!r} has type {leaf.typename!r}, which uproot cannot read: "
+                f"{leaf.unreadable}")
