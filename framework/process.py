@@ -270,7 +270,8 @@ class Process:
         """
         outputs = self._open_outputs(timing_json)
         streams = self._instantiate_streams()
-        timing = Timing([(label, type(m).__name__, type(m).kind) for label, m in self.prototypes.items()])
+        timing = Timing([(label, type(m).__name__, type(m).kind) for label, m in self.prototypes.items()],
+                        streams=self.config.options.streams, worker_threads=self.config.options.threads)
         started: list[Any] = []
         events = 0
         emitter = _Emitter(outputs.root, self._progress_bar(progress))
@@ -334,6 +335,7 @@ class Process:
         timing.start = time.perf_counter()
         events = scheduler.run(self.source.chunks(), emitter)
         timing.events = events
+        timing.passed = emitter.written
         timing.finish()
         return events
 

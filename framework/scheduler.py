@@ -153,6 +153,7 @@ class Scheduler:
                 t0, c0 = t1, c1
                 if kind.filters and not outcome:
                     st.reject(i)
+                    timing.reject(i)
                 elif kind.external:
                     pending = as_future(outcome)
                     if pending is not None:
