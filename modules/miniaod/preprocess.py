@@ -133,11 +133,20 @@ def load_preprocess(path: str | os.PathLike, key: str = "preprocess_json") -> Pr
     return Preprocess(str(path), tuple(groups), tuple(outputs))
 
 
-def transform(values: np.ndarray, info: VarInfo) -> np.ndarray:
-    """CMSSW's per-value transformation: infinities replaced, centred, scaled and bounded (float64)."""
+def transform(values: np.ndarray, infos: tuple[VarInfo, ...] | VarInfo) -> np.ndarray:
+    """CMSSW's per-value transformation: infinities replaced, centred, scaled and bounded (float64).
+
+    ``values`` is one feature's values with one :class:`VarInfo`, or ``[rows, features]`` with one per column.
+    """
+    infos = (infos,) if isinstance(infos, VarInfo) else infos
+    column = lambda attr: np.array([getattr(i, attr) for i in infos])  # noqa: E731
     values = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(values) & (np.abs(values) <= INF_LIMIT)
-    values = np.where(finite, values, info.replace_inf_value)
+    values = np.where(finite, values, column("replace_inf_value") if values.ndim == 2 else infos[0].replace_inf_value)
+    if values.ndim == 2:
+        return np.clip((values - column("median")) * column("norm_factor"), column("lower_bound"),
+                       column("upper_bound"))
+    info = infos[0]
     return np.clip((values - info.median) * info.norm_factor, info.lower_bound, info.upper_bound)
 
 
@@ -174,12 +183,14 @@ def build_inputs(spec: Preprocess, n_jets: int, entries: Callable[[str], Entries
         pad = np.array([info.pad for info in group.infos], dtype=np.float32)
         out = np.empty((n_jets, length, len(group.var_names)), dtype=np.float32)
         out[:] = pad
-        for i, (name, info) in enumerate(zip(group.var_names, group.infos)):
+        columns = []
+        for name in group.var_names:
             values = np.asarray(feature(name))
             if values.shape != rows.jet.shape:
                 raise ConfigError(f"{spec.path!r}: input {group.name!r} mixes features of different collections "
                                   f"({group.var_names[0]!r} and {name!r})", key="preprocess_json")
-            out[jet, rank, i] = transform(values[keep], info)
+            columns.append(values[keep])
+        out[jet, rank] = transform(np.stack(columns, axis=1) if columns else np.zeros((0, 0)), group.infos)
         inputs[group.name] = np.ascontiguousarray(out.transpose(0, 2, 1))
     return inputs
 

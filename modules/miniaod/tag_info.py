@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -72,6 +73,7 @@ PREFIXES = (("jet_losttrack_", "lt"), ("jet_pfcand_", "pf"), ("jet_sv_", "sv"), 
             ("lt_", "lt"))
 
 
+@functools.cache
 def collection_of(name: str) -> str | None:
     """``"pf"``, ``"sv"`` or ``"lt"`` for a feature name, None for a name of no known family."""
     return next((kind for prefix, kind in PREFIXES if name.startswith(prefix)), None)
@@ -131,7 +133,7 @@ def track_geometry(ref: np.ndarray, momentum: np.ndarray, axis: np.ndarray, dxy:
         sin_theta = np.hypot(direction[:, 0], direction[:, 1])
         ip3d_error = np.hypot(dxy_error, dz_error * sin_theta)
         ip2d = np.where((ref[:, :2] * axis[:, :2]).sum(axis=1) >= 0, 1.0, -1.0) * np.abs(dxy)
-        normal = np.cross(direction, axis)
+        normal = _cross(direction, axis)
         jet_distance = -np.abs((ref * normal).sum(axis=1)) / np.linalg.norm(normal, axis=1)
         # closest approach of the track line ref + t·direction to the jet line u·axis
         cos = (direction * axis).sum(axis=1)
@@ -140,12 +142,23 @@ def track_geometry(ref: np.ndarray, momentum: np.ndarray, axis: np.ndarray, dxy:
         decay_length = ((ref + t[:, None] * direction) * axis).sum(axis=1)
         return {"ip3d": ip3d, "ip3d_sig": ip3d / ip3d_error, "ip2d": ip2d, "ip2d_sig": ip2d / dxy_error,
                 "jet_distance": jet_distance, "decay_length": decay_length,
-                "eta_rel": eta_rel(axis, momentum), "pt_ratio": np.linalg.norm(np.cross(momentum, axis), axis=1) / p,
+                "eta_rel": eta_rel(axis, momentum), "pt_ratio": np.linalg.norm(_cross(momentum, axis), axis=1) / p,
                 "ppar_ratio": (momentum * axis).sum(axis=1) / p}
 
 
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cross product of ``[rows, 3]`` arrays (np.cross's axis handling costs more than the product)."""
+    out = np.empty_like(a)
+    out[:, 0] = a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1]
+    out[:, 1] = a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2]
+    out[:, 2] = a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]
+    return out
+
+
 def _p3(pt: np.ndarray, eta: np.ndarray, phi: np.ndarray) -> np.ndarray:
-    return np.stack([pt * np.cos(phi), pt * np.sin(phi), pt * np.sinh(eta)], axis=1)
+    out = np.empty((np.size(pt), 3))
+    out[:, 0], out[:, 1], out[:, 2] = pt * np.cos(phi), pt * np.sin(phi), pt * np.sinh(eta)
+    return out
 
 
 def _energy(pt: np.ndarray, eta: np.ndarray, mass: np.ndarray) -> np.ndarray:
@@ -177,6 +190,7 @@ class TagInfo:
         self.n_jets = len(jets["pt"])
         self._cache: dict[str, np.ndarray] = {}
         self._blocks: dict[Callable, dict] = {}
+        self._jet_cache: dict[int, dict[str, np.ndarray]] = {}
 
     # -- rows -------------------------------------------------------------------------------------------
     @cached_property
@@ -264,15 +278,20 @@ class TagInfo:
             raise MissingInput(f"field {name!r} of the {what}") from None
 
     def _jet_columns(self, jet: np.ndarray) -> dict[str, np.ndarray]:
-        pt, eta, phi = (np.asarray(self.jets[k], np.float64)[jet] for k in ("pt", "eta", "phi"))
-        axis = _p3(np.ones_like(pt), eta, phi) / np.cosh(eta)[:, None]
-        return {"pt": pt, "eta": eta, "phi": phi, "axis": axis}
+        """The jet's ``pt, eta, phi`` and unit direction ``axis`` on each row (cached per row set)."""
+        key = id(jet)
+        if key not in self._jet_cache:
+            pt, eta, phi = (np.asarray(self.jets[k], np.float64)[jet] for k in ("pt", "eta", "phi"))
+            axis = _p3(np.ones_like(pt), eta, phi) / np.cosh(eta)[:, None]
+            self._jet_cache[key] = {"pt": pt, "eta": eta, "phi": phi, "axis": axis, "rows": jet}
+        return self._jet_cache[key]
 
     def _jet_energy(self, jet: np.ndarray) -> np.ndarray:
         j = self._jet_columns(jet)
         return _energy(j["pt"], j["eta"], self._field(self.jets, "jets", "mass")[jet].astype(np.float64))
 
-    def _candidates(self) -> dict[str, np.ndarray]:
+    @cached_property
+    def _candidate_columns(self) -> dict[str, np.ndarray]:
         rows = self.pf_rows
         c = rows.index
         out = {k: np.asarray(self.pf[k], np.float64)[c] for k in ("pt", "eta", "phi", "charge")}
@@ -281,6 +300,9 @@ class TagInfo:
         out["track"] = out["charge"] != 0
         out["energy"] = _energy(out["pt"], out["eta"], out["mass"])
         return out
+
+    def _candidates(self) -> dict[str, np.ndarray]:
+        return self._candidate_columns
 
     def _track_geometry(self, columns: Mapping[str, np.ndarray], what: str, index: np.ndarray,
                         jet: np.ndarray) -> dict[str, np.ndarray]:
