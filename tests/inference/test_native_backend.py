@@ -317,6 +317,15 @@ def test_a_bad_request_in_a_batch_fails_alone(server, served, sessions):
     assert after.inference_stats.success.count - before.inference_stats.success.count == 4
 
 
+def test_status_of_a_server_started_elsewhere_names_each_models_backend(server):
+    """No record of this server (started in-process): status names the backend its configs name."""
+    status = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "server", "status", server.grpc_url],
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0, status.stdout + status.stderr
+    row = next(line for line in status.stdout.splitlines() if line.split()[:1] == ["demo_mlp"])
+    assert row.split()[2] == "onnxruntime" and "READY" in row, status.stdout
+
+
 def test_labels_come_from_the_config(server):
     """Classification (class_count) of a natively served output uses the model's label file."""
     client = grpcclient.InferenceServerClient(server.grpc_url)

@@ -5,7 +5,7 @@
     sonic server start --repository data/models/demo            # foreground; Ctrl-C or SIGTERM stops it
     sonic server start --config miniaod --grpc-port 8001 --host 0.0.0.0 --device gpu \
         --tls-cert server.pem --tls-key server.key --tls-root-cert clients-ca.pem   # gRPC only, mutual TLS
-    sonic server status                                          # servers started here, models and readiness
+    sonic server status                                          # servers started here: models, backends, readiness
     sonic server status 10.0.0.7:8001                            # any Triton server
     sonic server stop 127.0.0.1:8001                             # or --all
     sonic server add-model --repository data/models/mine --name tagger --onnx tagger.onnx --max-batch-size 256
@@ -260,8 +260,9 @@ def status(args: argparse.Namespace) -> int:
         finally:
             client.close()
         print(f"{address}: {'live' if live else 'not live'}, Triton {metadata.version}, {len(index)} models")
-        # which backend serves a model: known for servers started here (their record); "-" for others
-        backends = records.get(address, {}).get("model_backends") or {}
+        # which backend serves a model: from the record of a server started here; for another server, the
+        # backend its config names (native and python-based onnxruntime look the same from outside)
+        backends = records.get(address, {}).get("model_backends") or _config_backends(address, tls, args, index)
         print(f"  {'model':<28} {'version':>7}  {'backend':<26} state")
         for model in index:
             reason = f" ({model.reason})" if model.reason else ""
@@ -270,6 +271,25 @@ def status(args: argparse.Namespace) -> int:
         for name, why in (records.get(address, {}).get("skipped") or {}).items():  # left out at start
             print(f"  {name:<28} {'-':>7}  {'-':<26} NOT SERVED ({why})")
     return 1 if failures else 0
+
+
+def _config_backends(address: str, tls: bool, args: argparse.Namespace, index: list) -> dict[str, str]:
+    """``{model: backend}`` as the server's model configs name it (empty where it cannot say)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_root_cert,
+                                              private_key=args.tls_key, certificate_chain=args.tls_cert)
+    backends = {}
+    try:
+        for model in index:
+            if model.state == "READY":
+                config = client.get_model_config(model.name, client_timeout=5).config
+                backends[model.name] = config.backend or config.platform or "-"
+    except Exception:  # noqa: BLE001 - status shows what it could learn; the table says "-" for the rest
+        pass
+    finally:
+        client.close()
+    return backends
 
 
 # -- add-model --------------------------------------------------------------------------------------------
