@@ -20,6 +20,7 @@ examples:
   sonic bench framework --io-events 50000
   sonic bench miniaod --events 200
   sonic bench protodune --scale small --events 3 --out results/protodune
+  sonic bench scale --workflow miniaod --jobs 1 2 4 8 --servers 1 2 --other-ms 60
 
 'sonic bench NAME --help' lists the options of one benchmark."""
 

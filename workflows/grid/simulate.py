@@ -53,6 +53,8 @@ class Scenario:
         servers: inference servers.
         other_s: a job's time per event not spent on inference (mean).
         service_s: server time per request (mean; one request executed alone).
+        overhead_s: per event, time a job waits on inference beyond the server's time (client, transport,
+            framework: a one-job run's wait minus the server's compute), added to its non-inference time.
         requests: requests per event (sent together, all awaited).
         bytes_sent, bytes_received: per request.
         link_gbps: link bandwidth each way (None or 0: no link).
@@ -70,6 +72,7 @@ class Scenario:
     servers: int = 1
     other_s: float = 1.0
     service_s: float = 0.1
+    overhead_s: float = 0.0
     requests: int = 1
     bytes_sent: float = 0.0
     bytes_received: float = 0.0
@@ -90,7 +93,7 @@ class Scenario:
         for name in ("jobs", "servers", "requests", "instances", "max_batch", "events"):
             if getattr(self, name) < 1:
                 raise GridError(f"simulation: {name} must be at least 1, not {getattr(self, name)}")
-        for name in ("other_s", "service_s", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv"):
+        for name in ("other_s", "service_s", "overhead_s", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv"):
             if getattr(self, name) < 0:
                 raise GridError(f"simulation: {name} must not be negative, not {getattr(self, name)}")
         if not 0 <= self.fixed <= 1:
@@ -186,7 +189,7 @@ def simulate(s: Scenario) -> Result:
 
     def start_event(job: int, now: float) -> None:
         event_start[job] = now
-        push(now + _draw(rng, s.other_s, s.other_cv), "send", job)
+        push(now + _draw(rng, s.other_s, s.other_cv) + s.overhead_s, "send", job)
 
     def choose() -> _Server:
         shift = next(turn) % len(servers)  # ties taken in turn: the scan starts one server further each time
@@ -209,7 +212,7 @@ def simulate(s: Scenario) -> Result:
             queue_waits.extend(now - arrival for arrival, _ in batch)
             push(now + duration, "executed", server.index, tuple(job for _, job in batch))
 
-    cycle = s.other_s + s.service_s * s.requests
+    cycle = s.other_s + s.overhead_s + s.service_s * s.requests
     for job in range(s.jobs):  # jobs start spread over one cycle, as a batch system's do, not in lock-step
         start_event(job, float(rng.uniform(0.0, cycle)) if s.stagger else 0.0)
     now = 0.0
@@ -309,7 +312,7 @@ def knee(s: Scenario) -> float:
     """The deterministic knee in jobs: a job's time per event alone over the busy time it costs the
     servers (per server: jobs beyond this wait in queues)."""
     transfer = (s.bytes_sent + s.bytes_received) / (s.link_gbps * 1e9 / 8) if s.link_gbps else 0.0
-    alone = s.other_s + s.service_s * s.requests + transfer
+    alone = s.other_s + s.overhead_s + s.service_s * s.requests + transfer
     capacity = s.service_s * s.requests / (s.servers * s.instances)
     if s.link_gbps:
         capacity = max(capacity, s.bytes_sent * s.requests / (s.link_gbps * 1e9 / 8))

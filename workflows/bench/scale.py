@@ -1,0 +1,488 @@
+"""Many client jobs per inference server, the way the SONIC papers measured it: time per event vs jobs.
+
+For each number of servers (``--servers 1 2``) and each number of jobs N (``--jobs 1 2 4 8``), N
+separate processes each run the workflow's real client path (``configs/<workflow>.yaml`` through
+``Process``: its source, preprocessing, producers and the SONIC client, one stream, one thread) against
+the servers, plus a module that stands for the rest of a reconstruction job: ``--other-ms`` of sleep
+(``--other-kind sleep``, so that this machine need not have N cores) or of busy CPU (``busy``). Jobs wait
+at a barrier until all N have started, so they run together. Measured at each point:
+
+* per-event time (median, p90) of the jobs, events/s of them all (while every job ran);
+* per request, the server's queue and compute time (Triton's statistics API), and each server's share
+  of the requests (balanced load);
+* CPU utilisation of the machine and of the servers, GPU utilisation (``nvidia-smi``) where present;
+* bytes per second on the wire and in shared memory (the SONIC client's byte counters).
+
+From the N=1 point (one server) it predicts the knee as ``sonic plan`` does (``t_other`` from the job's
+timing report, the server's compute per event, the job's wait alone) and simulates every point
+(``workflows/grid/simulate.py``); both are drawn with the measurement in ``scale.png`` ("processing time
+vs number of processes", the knee marked). Results: ``scale.md``, ``scale.json``, ``scale.png``.
+
+Examples::
+
+    sonic bench scale --workflow miniaod --jobs 1 2 4 8 16 --servers 1 2 --other-ms 60 --events 30
+    sonic bench scale --workflow protodune --scale small --device gpu --jobs 1 25 50 100 150 200 250 --other-ms 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...framework import Output, Param, Producer
+from ..grid.plan import measure, plan, predicted_time_per_event
+from ..grid.simulate import Scenario, from_measurement, simulate, steady_rate
+from ._machine import machine_description
+
+#: workflow → (configuration, repository for a CPU server, for a GPU server)
+WORKFLOWS = {"demo": ("demo_inference", "data/models/demo", "data/models/demo"),  # toy jets, no input file
+             "miniaod": ("miniaod", "data/models/miniaod", "data/models/miniaod"),
+             "protodune": ("protodune", "data/models/protodune", "data/models/protodune_gpu")}
+WARMUP = 2  #: first events of each job not counted (connections, model configs, caches)
+
+
+class OtherWork(Producer):
+    """The rest of a reconstruction job in a scale benchmark: ``ms`` of sleep or busy CPU per event.
+
+    Records the wall-clock time of each call (one stream: consecutive calls are one event apart) and,
+    in ``begin_job``, waits for the benchmark's barrier so that all jobs start together.
+    """
+
+    ms = Param(float, 100.0, doc="time per event (ms)")
+    kind = Param(str, "sleep", doc="sleep (no CPU: more jobs than cores) or busy (CPU held)", choices=("sleep", "busy"))
+    trace = Param(str, "", doc="file for the call times (JSON), written at the end of the job")
+    go = Param(str, "", doc="file whose existence starts the events (the benchmark's barrier)")
+    warmup = Param(int, WARMUP, doc="events after which '<trace>.warm' tells the benchmark this job is warm")
+    value = Output("int: the event index")
+
+    def begin_job(self) -> None:
+        self._stamps: list[float] = []
+        if self.go:
+            Path(self.trace + ".ready").touch()
+            deadline = time.monotonic() + 600
+            while not os.path.exists(self.go) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    def produce(self, event):
+        self._stamps.append(time.time())  # wall clock: comparable between the jobs' processes
+        if self.trace and len(self._stamps) == self.warmup + 1:
+            Path(self.trace + ".warm").touch()
+        if self.kind == "busy":
+            end = time.perf_counter() + self.ms / 1000
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(self.ms / 1000)
+        event.put("value", event.index)
+
+    def end_job(self) -> None:
+        if self.trace:
+            Path(self.trace).write_text(json.dumps(self._stamps))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workflow", choices=sorted(WORKFLOWS), default="miniaod")
+    parser.add_argument("--input", help="ROOT file the jobs read (default: generate --events events)")
+    parser.add_argument("--scale", choices=("full", "small"), default="small", help="ProtoDUNE event scale if generated")
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8], help="numbers of concurrent jobs")
+    parser.add_argument("--servers", type=int, nargs="+", default=[1], help="numbers of servers")
+    parser.add_argument("--events", type=int, default=20, help="events per job")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="first events of each job not counted")
+    parser.add_argument("--other-ms", type=float, default=100.0, help="non-ML time per event of a job (ms)")
+    parser.add_argument("--other-kind", choices=("sleep", "busy"), default="sleep")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="the servers' device")
+    parser.add_argument("--repository", help="model repository (default: the workflow's for --device)")
+    parser.add_argument("--server-threads", type=int, default=1, help="onnxruntime threads per model instance")
+    parser.add_argument("--shared-memory", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument("--point-timeout", type=float, default=300.0, help="seconds one point may take")
+    parser.add_argument("--sim-service-cv", type=float, default=0.0, help="simulation: server time spread (CV)")
+
+
+# -- one job (a separate process) ---------------------------------------------------------------------
+def job_main(spec_path: str) -> int:
+    """Runs one client job from its spec (JSON): the workflow's configuration, SONIC on the given servers."""
+    from ...framework import Process
+    from ...framework import config as cfgmod
+
+    spec = json.loads(Path(spec_path).read_text())
+    source = [f"source.events={spec['events']}"] if spec["input"] is None else \
+        [f"source.files=[{spec['input']}]", f"source.max_events={spec['events']}"]
+    overrides = [*source, "options.streams=1",
+                 "options.threads=1", "options.progress=false", "output.file=null", "services.inference.mode=sonic",
+                 f"services.inference.servers=[{','.join(spec['servers'])}]", "services.inference.fallback=false",
+                 f"services.inference.repository=[{spec['repository']}]",
+                 f"services.inference.shared_memory='{spec['shared_memory']}'"]  # quoted: YAML reads off as false
+    if spec["workflow"] == "protodune":
+        overrides.append("source.chunk_size=1")  # full events are ~130 MB of patches each: one at a time
+    cfg = cfgmod.load(WORKFLOWS[spec["workflow"]][0], overrides)
+    cfg.modules["other"] = cfgmod.ModuleConfig("other", f"{__name__}:OtherWork", {
+        "ms": spec["other_ms"], "kind": spec["other_kind"], "trace": spec["trace"], "go": spec["go"],
+        "warmup": spec["warmup"]})
+    cfg.path = [*cfg.path, "other"]
+    cfg.output.products = [*cfg.output.products, "other:value"]  # kept (not pruned) though nothing is written
+    Process(cfg).run(timing_json=spec["timing"], progress=False)
+    return 0
+
+
+# -- measuring ------------------------------------------------------------------------------------------
+class GpuSampler:
+    """GPU utilisation (%) sampled with nvidia-smi every ``period`` s while running; empty without a GPU."""
+
+    def __init__(self, period: float = 0.5):
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+
+    def _run(self, period: float) -> None:
+        import shutil
+
+        if not shutil.which("nvidia-smi"):
+            return
+        while not self._stop.wait(period):
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout.split()
+                self.samples.append(float(np.mean([float(x) for x in out])))
+            except (OSError, subprocess.SubprocessError, ValueError):
+                return
+
+    def __enter__(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def server_statistics(urls: list[str]) -> list[dict[str, dict[str, float]]]:
+    """Each server's cumulative Triton counters per model."""
+    from ...framework.inference.connection import ServerConnection, ServerSpec
+
+    out = []
+    for url in urls:
+        connection = ServerConnection(ServerSpec(url))
+        try:
+            out.append({model: stats for (model, _), stats in connection.statistics().items()})
+        finally:
+            connection.close(0)
+    return out
+
+
+def server_deltas(before: list[dict], after: list[dict]) -> list[dict[str, float]]:
+    """Per server: requests, executions, queue and compute seconds during the point (all models)."""
+    from ...framework.inference.server_statistics import compute_ns
+
+    out = []
+    for old, new in zip(before, after):
+        total = {"requests": 0.0, "executions": 0.0, "queue_s": 0.0, "compute_s": 0.0}
+        for model, stats in new.items():
+            prev = old.get(model, {})
+            total["requests"] += stats["requests"] - prev.get("requests", 0)
+            total["executions"] += stats["executions"] - prev.get("executions", 0)
+            total["queue_s"] += (stats["queue_ns"] - prev.get("queue_ns", 0)) / 1e9
+            total["compute_s"] += (compute_ns(stats) - compute_ns(prev)) / 1e9
+        out.append(total)
+    return out
+
+
+def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repository: str, path: str | None,
+                  work: Path) -> dict[str, Any]:
+    """Runs ``jobs`` client jobs together against ``servers``; returns the point's row."""
+    import psutil
+
+    from ._load import process_tree_cpu
+
+    urls = [server.grpc_url for server in servers]
+    folder = work / f"s{len(servers)}_n{jobs}"
+    folder.mkdir(parents=True, exist_ok=True)
+    go = folder / "go"
+    procs, traces, timings = [], [], []
+    for k in range(jobs):
+        spec = {"workflow": args.workflow, "input": path, "events": args.events, "servers": urls,
+                "repository": repository, "shared_memory": args.shared_memory, "other_ms": args.other_ms,
+                "other_kind": args.other_kind, "trace": str(folder / f"trace{k}.json"), "go": str(go),
+                "warmup": args.warmup,
+                "timing": str(folder / f"timing{k}.json")}
+        (folder / f"spec{k}.json").write_text(json.dumps(spec))
+        traces.append(Path(spec["trace"]))
+        timings.append(Path(spec["timing"]))
+        log = open(folder / f"job{k}.log", "w")  # noqa: SIM115 - closed when the job ends
+        procs.append((subprocess.Popen([sys.executable, "-m", __name__, str(folder / f"spec{k}.json")],
+                                       stdout=log, stderr=subprocess.STDOUT), log))
+    deadline = time.monotonic() + args.point_timeout
+    try:
+        while sum(Path(str(t) + ".ready").exists() for t in traces) < jobs:
+            failed = [k for k, (p, _) in enumerate(procs) if p.poll() not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                raise RuntimeError(f"job {failed[0] if failed else '?'} failed or did not start: see "
+                                   f"{folder / f'job{failed[0] if failed else 0}.log'}")
+            time.sleep(0.05)
+        go.touch()
+
+        def running() -> bool:
+            return all(p.poll() is None for p, _ in procs) and time.monotonic() < deadline
+
+        # the steady window: from every job past its warm-up events to the first job's end (server
+        # statistics, CPU and GPU are read over it; first executions load models and fill caches)
+        while running() and not all(Path(str(t) + ".warm").exists() for t in traces):
+            time.sleep(0.02)
+        before = server_statistics(urls)
+        server_cpu = [process_tree_cpu(server.pid) for server in servers]
+        cpu = psutil.cpu_times()
+        start = time.time()
+        with GpuSampler() as gpu:
+            while running():
+                time.sleep(0.02)
+            elapsed = time.time() - start
+            cpu_after = psutil.cpu_times()
+            server_cpu = [process_tree_cpu(server.pid) - c for server, c in zip(servers, server_cpu)]
+            after = server_statistics(urls)
+        for p, log in procs:
+            p.wait(max(1.0, deadline - time.monotonic()))
+            log.close()
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+    bad = [k for k, (p, _) in enumerate(procs) if p.returncode != 0]
+    if bad:
+        raise RuntimeError(f"job {bad[0]} exited with {procs[bad[0]][0].returncode}: see {folder / f'job{bad[0]}.log'}")
+    stamps = [json.loads(t.read_text()) for t in traces]
+    warm = args.warmup
+    completions = [s[warm + 1:] for s in stamps]  # the start of event i+1 is the end of event i
+    first = max(c[0] for c in completions if c)
+    last = min(c[-1] for c in completions if c)
+    durations = [b - a for s in stamps for a, b in zip(s[warm:], s[warm + 1:]) if first <= b <= last]
+    durations = durations or [b - a for s in stamps for a, b in zip(s[warm:], s[warm + 1:])]
+    deltas = server_deltas(before, after)
+    requests = sum(d["requests"] for d in deltas) or 1.0
+    reports = [json.loads(t.read_text()) for t in timings]
+    models = [m for r in reports for m in r["inference"]["models"].values()]
+    events = sum(r["events"] for r in reports)
+    per_event = sum(m.get("requests", 0) for m in models) / max(1, events)  # the clients' count, whole jobs
+    # each server's share of every request the jobs sent (the clients' own count: the steady window's
+    # server statistics hold too few requests at small N to judge balance)
+    sent_to = {url: sum(m.get("servers", {}).get(url, 0) for m in models) for url in urls}
+    share = [n / (sum(sent_to.values()) or 1) for n in sent_to.values()]
+    compute_per_request = sum(d["compute_s"] for d in deltas) / requests
+    sent = sum(m.get("bytes_sent", 0) for m in models)
+    received = sum(m.get("bytes_received", 0) for m in models)
+    shm = sum(m.get("shm_bytes", 0) for m in models)
+    rate = steady_rate(completions)
+    busy = sum(cpu_after) - sum(cpu)
+    idle = (cpu_after.idle + getattr(cpu_after, "iowait", 0)) - (cpu.idle + getattr(cpu, "iowait", 0))
+    planned = measure(timings)
+    return {"servers": len(servers), "jobs": jobs, "events": events, "seconds": elapsed,
+            "time_per_event_median": statistics.median(durations), "time_per_event_p90": float(np.percentile(durations, 90)),
+            "events_per_s": rate, "queue_ms_per_request": 1000 * sum(d["queue_s"] for d in deltas) / requests,
+            "compute_ms_per_request": 1000 * compute_per_request,
+            "requests_per_event": per_event, "server_share": share, "server_requests": list(sent_to.values()),
+            "server_compute_s_per_event": compute_per_request * per_event,
+            "cpu_percent": 100 * (busy - idle) / busy if busy > 0 else 0.0,
+            "server_cpu_percent": [100 * c / elapsed for c in server_cpu],
+            "gpu_percent": float(np.mean(gpu.samples)) if gpu.samples else None,
+            "bytes_per_event": (sent + received) / max(1, events), "sent_fraction": sent / (sent + received) if sent + received else None,
+            "wire_mb_per_s": (sent + received - shm) / max(1, events) * rate / 1e6,
+            "shm_mb_per_s": shm / max(1, events) * rate / 1e6,
+            "other_s_per_event": planned.other_s_per_event, "wait_s_per_event": planned.wait_s_per_event}
+
+
+# -- predictions ----------------------------------------------------------------------------------------
+def predictions(points: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The planner's knee and the simulation of every point, from the one-job, one-server point."""
+    base = next((p for p in points if p["jobs"] == 1 and p["servers"] == 1), None)
+    if base is None:
+        return {"note": "no N=1 point with one server: nothing to predict from"}
+    t_server = base["server_compute_s_per_event"]
+    # a job's wait alone: its time per event less the planner's t_other (the sum of the external modules'
+    # waits overcounts when a job's producers wait together); never less than the server's own time
+    latency = max(base["time_per_event_median"] - base["other_s_per_event"], t_server)
+    result = plan(base["other_s_per_event"], t_server, base["bytes_per_event"] or None, latency_s_per_event=latency)
+    settings = from_measurement(base["other_s_per_event"], t_server, base["requests_per_event"],
+                                base["bytes_per_event"], base["sent_fraction"] or 1.0, overhead_s=latency - t_server,
+                                service_cv=args.sim_service_cv, events=args.events, warmup=args.warmup)
+    for point in points:
+        sim = simulate(Scenario(jobs=point["jobs"], servers=point["servers"], **settings))
+        point["simulated_time_per_event_median"] = sim.time_per_event_median
+        point["simulated_events_per_s"] = sim.events_per_s
+        point["simulated_server_share"] = sim.server_share
+        point["predicted_time_per_event"] = float(predicted_time_per_event(
+            point["jobs"], base["other_s_per_event"], result.latency_s_per_event, t_server, point["servers"]))
+        point["simulation_error"] = sim.time_per_event_median / point["time_per_event_median"] - 1
+    return {"from": "N=1, one server", "t_other_s": base["other_s_per_event"], "t_server_s": t_server,
+            "t_ml_s": result.latency_s_per_event, "knee_jobs_per_server": result.knee_jobs_per_server,
+            "jobs_per_server": result.jobs_per_server, "simulation_settings": settings}
+
+
+def measured_knee(points: list[dict[str, Any]], servers: int) -> dict[str, Any]:
+    """Where the flat line (one job's time per event) meets the saturated one (N / the highest events/s):
+    the same asymptotes the planner draws. ``saturated`` says whether the range reached saturation."""
+    mine = sorted((p for p in points if p["servers"] == servers), key=lambda p: p["jobs"])
+    if not mine:
+        return {}
+    flat = mine[0]["time_per_event_median"]
+    top = max(p["events_per_s"] for p in mine)
+    saturated = mine[-1]["time_per_event_median"] > 1.2 * flat
+    return {"servers": servers, "flat_s": flat, "max_events_per_s": top, "knee_jobs": flat * top,
+            "knee_jobs_per_server": flat * top / servers, "saturated": saturated}
+
+
+# -- report -------------------------------------------------------------------------------------------
+def markdown(report: dict[str, Any]) -> str:
+    args = report["arguments"]
+    pred = report["prediction"]
+    lines = ["# sonic bench scale", "", f"Machine: {report['machine']}  ", f"Command: `{report['command']}`  ",
+             f"Workflow: {args['workflow']} ({report['input']}), {args['events']} events per job (first {args['warmup']} not "
+             f"counted), other work {args['other_ms']:g} ms/event ({args['other_kind']}), servers on {args['device']}, "
+             f"shared memory {args['shared_memory']}", "",
+             "| servers | jobs | s/event median | p90 | events/s | queue ms/req | compute ms/req | CPU % | server CPU % "
+             "| GPU % | wire MB/s | shm MB/s | share per server | predicted s/event | simulated s/event | sim − meas |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in report["points"]:
+        gpu = "—" if p["gpu_percent"] is None else f"{p['gpu_percent']:.0f}"
+        lines.append(f"| {p['servers']} | {p['jobs']} | {p['time_per_event_median']:.4f} | {p['time_per_event_p90']:.4f} | "
+                     f"{p['events_per_s']:.2f} | {p['queue_ms_per_request']:.2f} | {p['compute_ms_per_request']:.2f} | "
+                     f"{p['cpu_percent']:.0f} | {' '.join(f'{c:.0f}' for c in p['server_cpu_percent'])} | {gpu} | "
+                     f"{p['wire_mb_per_s']:.2f} | {p['shm_mb_per_s']:.2f} | "
+                     f"{' '.join(f'{s:.3f}' for s in p['server_share'])} | {p.get('predicted_time_per_event', math.nan):.4f} | "
+                     f"{p.get('simulated_time_per_event_median', math.nan):.4f} | {100 * p.get('simulation_error', math.nan):+.0f} % |")
+    lines += ["", "Knee (jobs per server where the time per event starts to grow):", ""]
+    for knee in report["knees"]:
+        lines.append(f"- {knee['servers']} server(s): measured {knee['knee_jobs_per_server']:.1f} jobs per server "
+                     f"(flat {knee['flat_s']:.4f} s/event × {knee['max_events_per_s']:.2f} events/s at most"
+                     f"{'' if knee['saturated'] else '; NOT saturated in this range: a lower bound'})")
+    if "knee_jobs_per_server" in pred:
+        lines.append(f"- predicted by `sonic plan` from N=1: (t_other {pred['t_other_s']:.4f} + t_ml {pred['t_ml_s']:.4f}) "
+                     f"/ t_server {pred['t_server_s']:.4f} = {pred['knee_jobs_per_server']:.1f} jobs per server")
+    balance = [p for p in report["points"] if p["servers"] > 1]
+    if balance:
+        worst = max(max(abs(s * p["servers"] - 1) for s in p["server_share"]) for p in balance)
+        lines.append(f"- balance: largest deviation of a server's share from even: {100 * worst:.1f} % "
+                     f"(simulated: {100 * max(max(abs(s * p['servers'] - 1) for s in p['simulated_server_share']) for p in balance):.1f} %)")
+    return "\n".join(lines) + "\n"
+
+
+def plot_figure(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = ["#4477aa", "#ee6677", "#228833", "#ccbb44"]
+    pred = report["prediction"]
+    for index, servers in enumerate(sorted({p["servers"] for p in report["points"]})):
+        mine = sorted((p for p in report["points"] if p["servers"] == servers), key=lambda p: p["jobs"])
+        n = np.array([p["jobs"] for p in mine])
+        median = np.array([p["time_per_event_median"] for p in mine])
+        p90 = np.array([p["time_per_event_p90"] for p in mine])
+        colour = colours[index % len(colours)]
+        ax.errorbar(n, median, yerr=[np.zeros_like(median), np.maximum(p90 - median, 0)], fmt="o-", color=colour,
+                    capsize=3, label=f"measured, {servers} server(s) (median, p90)")
+        if "simulated_time_per_event_median" in mine[0]:
+            ax.plot(n, [p["simulated_time_per_event_median"] for p in mine], "x", color=colour, markersize=8,
+                    label=f"simulated, {servers} server(s)")
+        bx.plot(n, [p["events_per_s"] for p in mine], "o-", color=colour, label=f"measured, {servers} server(s)")
+        if "knee_jobs_per_server" in pred:
+            grid = np.linspace(1, max(n), 200)
+            ax.plot(grid, predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"], servers),
+                    "--", color=colour, alpha=0.7, label=f"sonic plan, {servers} server(s)")
+            bx.plot(grid, grid / predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"],
+                                                          servers), "--", color=colour, alpha=0.7)
+            ax.axvline(pred["knee_jobs_per_server"] * servers, color=colour, linestyle=":", alpha=0.8)
+        knee = next((k for k in report["knees"] if k["servers"] == servers), None)
+        if knee:
+            ax.axvline(knee["knee_jobs"], color=colour, linestyle="-", alpha=0.3, linewidth=4,
+                       label=f"measured knee {knee['knee_jobs']:.0f} jobs" + ("" if knee["saturated"] else " (≥)"))
+    ax.set_xlabel("number of client processes")
+    ax.set_ylabel("processing time per event (s)")
+    ax.set_ylim(0, None)
+    ax.set_title(f"{report['arguments']['workflow']}: time per event vs processes")
+    ax.legend(fontsize=7)
+    bx.set_xlabel("number of client processes")
+    bx.set_ylabel("events/s (all jobs)")
+    bx.set_ylim(0, None)
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _input(args: argparse.Namespace, out: Path) -> str | None:
+    if args.workflow == "demo":
+        return None  # its source makes toy jets
+    if args.input:
+        return str(Path(args.input).resolve())
+    path = out / f"{args.workflow}_input.root"
+    if not path.exists():
+        if args.workflow == "miniaod":
+            from ...data.miniaod.generate import generate
+
+            generate(path, args.events, seed=11)
+        else:
+            from ...data.protodune.generate import generate as generate_protodune
+
+            generate_protodune(path, args.events, args.scale, seed=21)
+    return str(path.resolve())
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...framework.inference.server import TritonServer
+    from ...framework.inference.service import resolve_repository
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = _input(args, out)
+    repository = str(resolve_repository(args.repository or WORKFLOWS[args.workflow][2 if args.device == "gpu" else 1]))
+    points: list[dict[str, Any]] = []
+    failures: dict[str, str] = {}
+    work = out / "jobs"
+    for count in sorted(set(args.servers)):
+        servers = [TritonServer([repository], device=args.device, ort_threads=args.server_threads) for _ in range(count)]
+        try:
+            for server in servers:
+                server.start()
+            for jobs in sorted(set(args.jobs)):
+                try:
+                    points.append(measure_point(jobs, servers, args, repository, path, work))
+                except Exception as err:  # noqa: BLE001 - a failed point is reported, the others kept
+                    failures[f"{count} servers, {jobs} jobs"] = f"{type(err).__name__}: {err}"
+                    print(f"{count} server(s), {jobs} jobs: FAILED {failures[f'{count} servers, {jobs} jobs']}", flush=True)
+                    continue
+                p = points[-1]
+                print(f"{count} server(s), {jobs:4d} jobs: {p['time_per_event_median']:.4f} s/event (p90 "
+                      f"{p['time_per_event_p90']:.4f}), {p['events_per_s']:.2f} events/s, shares "
+                      f"{[round(s, 3) for s in p['server_share']]}", flush=True)
+        finally:
+            for server in servers:
+                server.stop()
+    prediction = predictions(points, args)
+    report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
+              "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "input": os.path.basename(path) if path else "generated toy jets",
+              "points": points, "prediction": prediction, "failures": failures,
+              "knees": [k for k in (measured_knee(points, s) for s in sorted({p["servers"] for p in points})) if k]}
+    (out / "scale.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "scale.md").write_text(markdown(report))
+    if points:
+        plot_figure(report, out / "scale.png")
+    print(markdown(report))
+    print(f"results in {os.path.abspath(out)}/scale.{{md,json,png}}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(job_main(sys.argv[1]))
