@@ -40,7 +40,7 @@ from typing import Any
 import awkward as ak
 import numpy as np
 
-from .errors import SourceError
+from .errors import SourceError, did_you_mean
 from .names import Catalog, Leaf
 from .references import resolve
 
@@ -113,8 +113,6 @@ def parse_spec(raw: Any, path: str) -> Spec:
         raise SpecError(path, f"must be a name in the file or a mapping with keys {list(KEYS)}, not {raw!r}")
     unknown = [k for k in raw if k not in KEYS]
     if unknown:
-        from .errors import did_you_mean
-
         raise SpecError(f"{path}.{unknown[0]}", f"unknown key{did_you_mean(str(unknown[0]), KEYS)}; known: {list(KEYS)}")
     kinds = [k for k in ("concat", "references", "one_of", "empty") if k in raw]
     if len(kinds) > 1:
@@ -367,10 +365,25 @@ def _record(key: str, spec: Spec, fields: tuple[str, ...] | None, catalog: Catal
             continue
         else:
             where = f"collection {spec.source!r}" if spec.source else _where(catalog, file)
-            have = f" (it has {sorted(members)})" if members else catalog.suggest(source)
+            have = _suggest_field(source, members) if members else catalog.suggest(source)
             raise NotInFile(f"field {name!r} of {key!r}: {source!r} is not in {where}{have}; map it or give a "
                             f"default in source.columns.{key}")
+    if fields is None:  # the whole object: leaves uproot cannot read (empty TObject bases...) are left out
+        skipped = [n for n, v in out.items() if isinstance(v, Leaf) and catalog.unreadable(v)]
+        if skipped:
+            out = {n: v for n, v in out.items() if n not in skipped}
+            if not out:
+                raise SourceError(f"{key!r} in {file!r}: uproot can read none of its leaves {skipped} "
+                                  f"(types {sorted({catalog.typename(members[n]) for n in skipped if n in members})})")
+            log.info("%s in %s: leaves uproot cannot read are left out of the record: %s", key, file, skipped)
     return Record(key, out)
+
+
+def _suggest_field(name: str, members: Mapping[str, Leaf]) -> str:
+    """`` (did you mean 'PT'?; it has N fields)``: a spelling differing only in case first (Delphes' PT)."""
+    same = [m for m in members if m.lower() == name.lower()]
+    hint = " (did you mean " + " or ".join(map(repr, same)) + "?)" if same else did_you_mean(name, members)
+    return f"{hint[:-1]}; it has {len(members)} fields)" if hint else f" (it has {sorted(members)[:20]})"
 
 
 def _from_spec(key: str, spec: Spec, fields: tuple[str, ...] | None, catalog: Catalog, file: str) -> Column:

@@ -39,15 +39,11 @@ class Leaf:
             RNTuple field).
         read: the exact name passed to uproot (a TTree branch's full path; an RNTuple field's dotted name).
         path: for an RNTuple sub-field, the fields to descend into from the top-level record uproot returns.
-        typename: the C++ type, for messages.
-        unreadable: why uproot cannot read it (``None``: it can).
     """
 
     name: str
     read: str
     path: tuple[str, ...] = ()
-    typename: str = ""
-    unreadable: str | None = None
 
     @property
     def top(self) -> str:
@@ -56,13 +52,18 @@ class Leaf:
 
 
 def _unreadable(branch: Any) -> str | None:
-    """Why uproot has no interpretation for ``branch`` (``None`` when it has one)."""
+    """Why uproot cannot give ``branch`` as an awkward array (``None`` when it can).
+
+    Asked only of the leaves a job reads: building the awkward form of every branch of a NanoAOD file
+    (~1,000) would cost more than reading a chunk.
+    """
     try:
         interpretation = branch.interpretation
+        if isinstance(interpretation, uproot.interpretation.identify.UnknownInterpretation):
+            return f"uproot has no interpretation for it ({interpretation.reason})"
+        interpretation.awkward_form(branch.file)
     except Exception as err:  # noqa: BLE001 - uproot raises many types for a class it cannot stream
-        return f"{type(err).__name__}: {err}"
-    if isinstance(interpretation, uproot.interpretation.identify.UnknownInterpretation):
-        return f"uproot has no interpretation for it ({interpretation.reason})"
+        return " ".join(f"{type(err).__name__}: {err}".split()[:30])
     return None
 
 
@@ -80,6 +81,9 @@ class Catalog:
         self.leaves: dict[str, Leaf] = {}
         #: collections (split objects, RNTuple records): name → {field: leaf}
         self.groups: dict[str, dict[str, Leaf]] = {}
+        #: TTree branches by full path, for the readability check
+        self._branches: dict[str, Any] = {}
+        self._checked: dict[str, str | None] = {}
         (self._index_rntuple if self.is_rntuple else self._index_ttree)()
         #: leaves by full path, for NanoAOD-style `<collection>_<field>` members
         self._plain = {name: leaf for name, leaf in self.leaves.items() if name == leaf.read}
@@ -95,8 +99,9 @@ class Catalog:
             if branch.branches:  # a split object: its own value is a count, its meaning is its leaves
                 children.setdefault(full, [])
                 continue
-            leaf = Leaf(branch.name, full, (), branch.typename, _unreadable(branch))
+            leaf = Leaf(branch.name, full, ())
             self.leaves.setdefault(full, leaf)
+            self._branches.setdefault(full, branch)
             parts = full.split("/")
             for depth in range(1, len(parts)):
                 children.setdefault("/".join(parts[:depth]), []).append((full, leaf))
@@ -126,12 +131,7 @@ class Catalog:
         names = list(self.tree.keys())
         nested = {name.rsplit(".", 1)[0] for name in names if "." in name}
         for name in names:
-            parts = name.split(".")
-            try:
-                typename = str(self.tree[name].type_name) if hasattr(self.tree[name], "type_name") else ""
-            except Exception:  # noqa: BLE001 - only for messages
-                typename = ""
-            self.leaves[name] = Leaf(name, name, tuple(parts[1:]), typename)
+            self.leaves[name] = Leaf(name, name, tuple(name.split(".")[1:]))
             if name in nested:
                 self.groups[name] = {}
         for name in names:
@@ -160,7 +160,22 @@ class Catalog:
         """`` (did you mean ...?)`` for a name that is not in the tree."""
         return did_you_mean(name, list(self.leaves) + list(self.groups))
 
+    def typename(self, leaf: Leaf) -> str:
+        """The C++ type of ``leaf``, for messages (asked lazily: it costs uproot an interpretation)."""
+        branch = self._branches.get(leaf.read)
+        try:
+            return str(branch.typename) if branch is not None else str(getattr(self.tree[leaf.read], "type_name", ""))
+        except Exception:  # noqa: BLE001 - only for messages
+            return "unknown"
+
+    def unreadable(self, leaf: Leaf) -> str | None:
+        """Why uproot cannot read ``leaf`` as an awkward array (``None``: it can); checked once per leaf."""
+        if leaf.read not in self._checked:
+            branch = self._branches.get(leaf.read)
+            self._checked[leaf.read] = _unreadable(branch) if branch is not None else None
+        return self._checked[leaf.read]
+
     def unreadable_error(self, leaf: Leaf, file: str) -> str:
         """The one-line reason a leaf cannot be read, naming branch, type and file."""
-        return (f"branch {leaf.name!r} in {file!r} has type {leaf.typename!r}, which uproot cannot read: "
-                f"{leaf.unreadable}")
+        return (f"branch {leaf.name!r} in {file!r} has type {self.typename(leaf)!r}, which uproot cannot read: "
+                f"{self.unreadable(leaf)}")

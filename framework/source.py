@@ -95,6 +95,11 @@ def _open_tree(path: str, tree: str) -> Any:
         raise SourceError(f"cannot read {tree!r} in {path!r} (corrupt file?): {type(err).__name__}: {err}") from None
 
 
+def _one_line(err: BaseException) -> str:
+    """An exception as one line (uproot's messages span several, with the file and object at the end)."""
+    return " ".join(f"{type(err).__name__}: {err}".split())
+
+
 @dataclass
 class Plan:
     """How one file's tree gives the consumed keys: a builder per key and the leaves to read."""
@@ -121,11 +126,11 @@ def _plan(tree: Any, requests: list[Request], mapping: dict[str, Spec], path: st
     for column in columns.values():
         for leaf in column.leaves:
             leaves.setdefault(leaf.read, leaf)
-    ids = {name: leaf for name in ID_BRANCHES if (leaf := catalog.leaf(name)) is not None and not leaf.unreadable}
+    ids = {name: leaf for name in ID_BRANCHES if (leaf := catalog.leaf(name)) is not None}
     for leaf in ids.values():
         leaves.setdefault(leaf.read, leaf)
     for leaf in leaves.values():
-        if leaf.unreadable:
+        if catalog.unreadable(leaf):
             raise SourceError(catalog.unreadable_error(leaf, path))
     return Plan(catalog, columns, list(leaves.values()), ids)
 
@@ -237,9 +242,9 @@ class RootSource:
             try:
                 tree.arrays([leaf.read], entry_start=lo, entry_stop=hi, library="ak")
             except Exception as single:  # noqa: BLE001 - finding which leaf uproot cannot read
-                return (f"cannot read branch {leaf.name!r} (type {leaf.typename!r}) at entries {lo} to {hi - 1} "
-                        f"of {path!r}: {type(single).__name__}: {single}")
-        return f"cannot read entries {lo} to {hi - 1} of {path!r} (corrupt file?): {type(err).__name__}: {err}"
+                return (f"cannot read branch {leaf.name!r} (type {plan.catalog.typename(leaf)!r}) at entries {lo} to {hi - 1} "
+                        f"of {path!r} (corrupt file?): {_one_line(single)}")
+        return f"cannot read entries {lo} to {hi - 1} of {path!r} (corrupt file?): {_one_line(err)}"
 
     @staticmethod
     def _chunk(path: str, arrays: dict[str, Any], plan: Plan, entry: int, length: int,
