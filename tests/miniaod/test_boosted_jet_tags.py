@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import uproot
 import yaml
 
 from sonic_hep.framework import config as cfgmod
-from sonic_hep.framework.errors import ConfigError
+from sonic_hep.framework.errors import ConfigError, SonicError
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.process import Process
 from sonic_hep.modules.miniaod.discriminators import UNDEFINED, Discriminator, make_discriminators
@@ -351,3 +352,99 @@ def test_every_configured_tagger_direct_equals_sonic(small_file, tmp_path, monke
             assert out["direct"]["JetPNet_BvsAll"].size > 50
             for column, values in out["direct"].items():
                 np.testing.assert_allclose(out["sonic"][column], values, rtol=0, atol=1e-5, err_msg=f"{name} {column}")
+
+
+#: a from-MiniAOD-style version (CMS's ParticleNetFromMiniAOD layout, a subset of its variables): nine inputs,
+#: lost tracks included
+FROM_MINIAOD = {
+    "pf": ("jet_pfcand_deta", "jet_pfcand_dphi", ["jet_pfcand_pt_log", "jet_pfcand_id", "jet_pfcand_dxysig",
+                                                  "jet_pfcand_trackjet_d3dsig", "jet_pfcand_frompv"], "pfcand_mask"),
+    "sv": ("jet_sv_deta", "jet_sv_dphi", ["jet_sv_pt_log", "jet_sv_dxy", "jet_sv_d3dsig"], "sv_mask"),
+    "lt": ("jet_losttrack_deta", "jet_losttrack_dphi", ["jet_losttrack_pt_log", "jet_losttrack_dzsig",
+                                                        "jet_losttrack_trackjet_decayL", "jet_losttrack_nstriphits"],
+           "lt_mask"),
+}
+
+
+def write_from_miniaod_model(repository: Path) -> Path:
+    """A tiny ONNX model with the from-MiniAOD inputs (one score per group: the sum of its masked features and
+    points) and its preprocess.json, in a Triton repository folder — as CMS ships a tagger version."""
+    from onnx import TensorProto, helper
+
+    from sonic_hep.framework.inference.repository import TensorSpec, write_model
+
+    nodes, inputs, specs, sums = [], [], [], []
+    var = lambda: {"median": 0.0, "norm_factor": 0.5, "replace_inf_value": 0, "lower_bound": -5,  # noqa: E731
+                   "upper_bound": 5, "pad": 0}
+    spec = {"output_names": ["label_b", "label_c", "label_uds"], "input_names": []}
+    for group, (deta, dphi, features, mask) in FROM_MINIAOD.items():
+        for suffix, names, n_min, n_max in (("points", [deta, dphi], 1, 25), ("features", features, 1, 25),
+                                            ("mask", [mask], 1, 25)):
+            name = f"{group}_{suffix}"
+            spec["input_names"].append(name)
+            spec[name] = {"var_names": names, "var_infos": {n: var() for n in names}, "min_length": n_min,
+                          "max_length": n_max}
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", len(names), "L"]))
+            specs.append(TensorSpec(name, "FP32", (len(names), -1)))
+        nodes += [helper.make_node("Mul", [f"{group}_features", f"{group}_mask"], [f"{group}_masked"]),
+                  helper.make_node("ReduceSum", [f"{group}_masked", "axes"], [f"{group}_sum"], keepdims=0),
+                  helper.make_node("ReduceSum", [f"{group}_points", "axes"], [f"{group}_psum"], keepdims=0),
+                  helper.make_node("Add", [f"{group}_sum", f"{group}_psum"], [f"{group}_logit"]),
+                  helper.make_node("Unsqueeze", [f"{group}_logit", "one"], [f"{group}_col"])]
+        sums.append(f"{group}_col")
+    nodes += [helper.make_node("Concat", sums, ["scores"], axis=1)]
+    graph = helper.make_graph(nodes, "from_miniaod_toy", inputs,
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 3])],
+                              [helper.make_tensor("axes", TensorProto.INT64, [2], [1, 2]),
+                               helper.make_tensor("one", TensorProto.INT64, [1], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    folder = write_model(repository, "pnet_from_miniaod_toy", model.SerializeToString(),
+                         specs, [TensorSpec("scores", "FP32", (3,))], max_batch_size=100)
+    (folder / "preprocess.json").write_text(json.dumps(spec))
+    return folder
+
+
+def test_a_from_miniaod_version_with_lost_tracks_plugs_in_by_configuration(small_file, tmp_path):
+    """A model folder + its preprocess.json (nine inputs, lost tracks among them) runs with a configuration
+    only: one score per output name, each the model's function of the inputs the preprocess.json defines."""
+    repository = tmp_path / "models"
+    write_from_miniaod_model(repository)
+    path = tmp_path / "out.root"
+    config = cfgmod.load("miniaod", [
+        f"source.files=['{small_file}']", f"output.file='{path}'", "options.progress=false", "source.max_events=6",
+        "modules.pnetAK4={type: BoostedJetTags, model: pnet_from_miniaod_toy, jets: Jet, constituents: JetPFCands, "
+        "jet_radius: 0.4, discriminators: {BvsAll: {numerator: [b], denominator: [b, c, uds]}}}",
+        "output.products=['pnetAK4:scores as JetToy']", f"services.inference.repository=['{repository}']"])
+    Process(config).run(progress=False)
+    out = branches(path)
+    assert {"JetToy_b", "JetToy_c", "JetToy_uds", "JetToy_BvsAll"} <= out.keys()
+    total = out["JetToy_b"] + out["JetToy_c"] + out["JetToy_uds"]
+    ratio = np.where(total != 0, out["JetToy_b"] / np.where(total != 0, total, 1), -10)
+    np.testing.assert_allclose(out["JetToy_BvsAll"], ratio, rtol=1e-4, atol=1e-5)
+    # the third score sums the lost-track inputs: non-zero exactly for jets with a lost track above 1 GeV
+    # within ΔR 0.4 (counted here from the file)
+    events = uproot.open(small_file)["Events"].arrays(["Jet_eta", "Jet_phi", "LostTracks_pt", "LostTracks_eta",
+                                                       "LostTracks_phi"], entry_stop=6)
+    has_lost = []
+    for e in events:
+        for eta, phi in zip(e.Jet_eta, e.Jet_phi):
+            dphi = (np.asarray(e.LostTracks_phi) - phi + np.pi) % (2 * np.pi) - np.pi
+            dr = np.hypot(np.asarray(e.LostTracks_eta) - eta, dphi)
+            has_lost.append(bool(np.any((dr < 0.4) & (np.asarray(e.LostTracks_pt) > 1.0))))
+    has_lost = np.array(has_lost)
+    assert out["JetToy_uds"].size == has_lost.size and 0 < has_lost.sum() < has_lost.size
+    assert np.all((out["JetToy_uds"] != 0) == has_lost)
+
+
+def test_a_model_reading_lost_tracks_without_them_is_one_error_naming_the_collection(small_file, tmp_path):
+    repository = tmp_path / "models"
+    write_from_miniaod_model(repository)
+    config = cfgmod.load("miniaod", [
+        f"source.files=['{small_file}']", f"output.file='{tmp_path / 'out.root'}'", "options.progress=false",
+        "source.max_events=2", "modules.pnetAK4={type: BoostedJetTags, model: pnet_from_miniaod_toy, jets: Jet, "
+        "constituents: JetPFCands, lost_tracks: NoLostTracks}", "output.products=['pnetAK4:scores as JetToy']",
+        f"services.inference.repository=['{repository}']"])
+    with pytest.raises(SonicError, match=r"module 'pnetAK4'.*reads lost-track features.*no 'NoLostTracks' collection"):
+        Process(config).run(progress=False)
+    assert not (tmp_path / "out.root").exists()
