@@ -32,7 +32,7 @@ def test_bench_gives_per_module_table_for_direct_and_sonic(sonic_cli, small_file
     assert report["input_mb"]["deepMET"] == pytest.approx(4500 * 11 * 4 / 1e6)
     assert report["input_mb"]["deepTau"] > report["input_mb"]["pnetAK4"] > report["input_mb"]["pnetAK8"]
     table = (tmp_path / "miniaod.md").read_text()
-    assert "| pnetAK4 | ParticleNet | miniaod_particlenet_ak4 |" in table and "% of event" in table
+    assert "| pnetAK4 | BoostedJetTags | miniaod_particlenet_ak4 |" in table and "% of event" in table
     assert "direct ms/evt" in result.stdout and "sonic-python ms/evt" in result.stdout
 
 
