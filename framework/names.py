@@ -158,7 +158,7 @@ class Catalog:
 
     def suggest(self, name: str) -> str:
         """`` (did you mean ...?)`` for a name that is not in the tree."""
-        return did_you_mean(name, list(self.leaves) + list(self.groups))
+        return did_you_mean(name, dict.fromkeys([*self.leaves, *self.groups]))
 
     def typename(self, leaf: Leaf) -> str:
         """The C++ type of ``leaf``, for messages (asked lazily: it costs uproot an interpretation)."""
