@@ -448,3 +448,25 @@ def test_a_model_reading_lost_tracks_without_them_is_one_error_naming_the_collec
     with pytest.raises(SonicError, match=r"module 'pnetAK4'.*reads lost-track features.*no 'NoLostTracks' collection"):
         Process(config).run(progress=False)
     assert not (tmp_path / "out.root").exists()
+
+
+def test_particlenet_tagger_is_the_same_tagger_configured_by_one_word(small_file, tmp_path):
+    """``type: ParticleNetTagger`` with ``preprocess: ak4|ak8`` (configurations written before BoostedJetTags)
+    gives the shipped BoostedJetTags configuration's scores; its ``discriminants`` are numerator-only sums."""
+    out = {}
+    for name, modules in (("boosted", []), ("legacy", [
+            "modules.pnetAK4={type: ParticleNetTagger, preprocess: ak4, jets: Jet, constituents: JetPFCands, "
+            "model: miniaod_particlenet_ak4, discriminants: {bc: [b, c]}}",
+            "modules.pnetAK8={type: ParticleNetTagger, preprocess: ak8, jets: FatJet, constituents: FatJetPFCands, "
+            "model: miniaod_particlenet_ak8}"])):
+        path = tmp_path / f"{name}.root"
+        config = cfgmod.load("miniaod", [f"source.files=['{small_file}']", f"output.file='{path}'",
+                                         "options.progress=false", "source.max_events=8",
+                                         f"output.products={TAGGERS}", *modules])
+        Process(config).run(progress=False)
+        out[name] = branches(path)
+    for column in ("JetPNet_b", "JetPNet_pu", "FatJetPNet_Top", "FatJetPNet_QCD"):
+        assert out["legacy"][column].size > 0
+        np.testing.assert_array_equal(out["legacy"][column], out["boosted"][column], err_msg=column)
+    np.testing.assert_allclose(out["legacy"]["JetPNet_bc"], out["boosted"]["JetPNet_b"] + out["boosted"]["JetPNet_c"],
+                               rtol=1e-6)
