@@ -5,20 +5,18 @@ CMS keeps as lost tracks the tracks above 0.95 GeV that particle flow did not tu
 tracks PF rejected (e.g. a pT uncertainty too large for PF) and displaced tracks from V0 decays and
 photon conversions that only the detached tracking iterations find. Here, vectorised over a batch:
 
-==========================  ===========================================================================
- charged particle            lost track
-==========================  ===========================================================================
- prompt (r < 20 cm), the     with probability 0.5 (the other half is not reconstructed at all);
- detector made no PF track   high-purity quality (``trkQuality`` 4), the PF tracks' resolutions
- displaced, 20 ≤ r < 60 cm   with efficiency 0.7·(1 − r/60 cm) (detached iterations); loose quality
-                             (1), no pixel hits, impact-parameter resolutions × 3
-==========================  ===========================================================================
+* prompt tracks (produced at r < 20 cm) for which the detector made no PF track: kept with probability 0.5
+  (the other half is not reconstructed at all), high-purity quality (``trkQuality`` 4), the PF tracks'
+  resolutions;
+* displaced tracks (20 ≤ r < 60 cm): found by the detached iterations with efficiency 0.7·(1 − r/60 cm),
+  loose quality (1), no pixel hits, impact-parameter resolutions × 3.
 
 Both need |η| < 2.5 and pT > 0.95 GeV. Pythia leaves K⁰s and Λ undecayed here (cτ > 10 mm), so in generated
-events lost tracks are mostly the prompt kind (~3 per ttbar event at ⟨μ⟩ = 30, pile-up included). The fields are the PF candidates' (``dxy``, ``dz`` and the
-reference point ``vx, vy, vz`` of the straight track relative to the hard vertex, ``fromPV``, pixel hits,
-χ²/ndf, quality) plus ``stripLayers``, the strip-tracker layers (radii below) outside the production
-radius. Random numbers come from a generator of their own, so adding lost tracks changed no other branch of
+events lost tracks are mostly the prompt kind (~3 per ttbar event at ⟨μ⟩ = 30, pile-up included).
+
+The fields are the PF candidates' (``dxy``, ``dz`` and the reference point ``vx, vy, vz`` of the straight
+track relative to the hard vertex, ``fromPV``, pixel hits, χ²/ndf, quality) plus ``stripLayers``, the
+strip-tracker layers (radii below) outside the production radius. Random numbers come from a generator of their own, so adding lost tracks changed no other branch of
 an event generated with the same seed.
 """
 
