@@ -16,8 +16,8 @@ events lost tracks are mostly the prompt kind (~3 per ttbar event at ⟨μ⟩ = 
 
 The fields are the PF candidates' (``dxy``, ``dz`` and the reference point ``vx, vy, vz`` of the straight
 track relative to the hard vertex, ``fromPV``, pixel hits, χ²/ndf, quality) plus ``stripLayers``, the
-strip-tracker layers (radii below) outside the production radius. Random numbers come from a generator of their own, so adding lost tracks changed no other branch of
-an event generated with the same seed.
+strip-tracker layers (radii below) outside the production radius. Random numbers come from a generator of
+their own, so adding lost tracks changed no other branch of an event generated with the same seed.
 """
 
 from __future__ import annotations
