@@ -204,6 +204,14 @@ class ProcessConfig:
     #: where each ``services.<name>.<key>`` came from (``file``/``line``, or the command line; ``"."``: the
     #: service itself), so that a service's own validation can blame the right place
     service_origins: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict, repr=False)
+    #: the user's module files (``imports``), as a job elsewhere imports them (absolute paths when they sit
+    #: next to the configuration)
+    imports: list[str] = field(default_factory=list)
+
+    @property
+    def folder(self) -> str:
+        """The configuration's folder, where ``imports`` and ``type: my_analysis.Class`` files are looked for."""
+        return os.path.dirname(os.path.abspath(self.file)) if self.file and self.file != COMMAND_LINE else os.getcwd()
 
     def service_origin(self, key: str) -> dict[str, Any]:
         """``file``/``line`` of a dotted ``services.<name>[.<key>...]`` path (the file, unknown line, if not known)."""
@@ -214,7 +222,7 @@ class ProcessConfig:
         return known.get(parts[2] if len(parts) > 2 else ".", {"file": self.file, "line": None})
 
 
-SECTIONS = ("process", "source", "modules", "path", "output", "services", "options")
+SECTIONS = ("process", "imports", "source", "modules", "path", "output", "services", "options")
 
 
 def _line(mapping: Any, key: Any) -> int | None:
@@ -322,12 +330,16 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     if source.type not in ("root", "empty"):
         raise ConfigError(f"unknown source type {source.type!r}; use 'root' or 'empty'",
                           key="source.type", **origin(data.get("source") or {}, "type", file))
+    imports = _user_imports(data, modules, file)
     name = str(data.get("process") or (Path(file).stem if file else "process"))
     service_origins = {str(svc): {".": origin(services, svc, file), **{str(k): origin(spec, k, file) for k in spec}}
                        for svc, spec in services.items()}
+    raw = _plain(data)
+    if imports:
+        raw["imports"] = imports
     return ProcessConfig(name=name, file=file, source=source, modules=modules, path=list(path), output=output,
-                         services={k: dict(v) for k, v in services.items()}, options=options, raw=_plain(data),
-                         service_origins=service_origins)
+                         services={k: dict(v) for k, v in services.items()}, options=options, raw=raw,
+                         service_origins=service_origins, imports=imports)
 
 
 def _source_columns(data: dict, file: str | None) -> dict[str, Any]:
@@ -341,6 +353,31 @@ def _source_columns(data: dict, file: str | None) -> dict[str, Any]:
         where = origin(raw, entry, file) if isinstance(raw, dict) and entry in raw else origin(raw_source, "columns", file)
         key = "source.columns" + (f".{err.path}" if err.path else "")
         raise ConfigError(err.message, key=key, **where) from None
+
+
+def _user_imports(data: dict, modules: dict[str, ModuleConfig], file: str | None) -> list[str]:
+    """``imports: [my_analysis, lib/cuts.py]``: the user's own module files, imported now so that their classes
+    are module types (``type: JetPtSum``); looked for in the configuration's folder, then on PYTHONPATH.
+    A ``type: my_analysis.JetPtSum`` whose file sits in that folder joins the list, so a grid job, which
+    runs a copy of the configuration from its task folder, finds it too."""
+    from .registry import UserModuleError, import_user_modules, user_file
+
+    raw = data.get("imports")
+    raw = [] if raw is None else [raw] if isinstance(raw, str) else raw
+    where = origin(data, "imports", file)
+    if not isinstance(raw, list) or not all(isinstance(name, str) and name.strip() for name in raw):
+        raise ConfigError("must be a list of module names or .py files, e.g. imports: [my_analysis]",
+                          key="imports", **where)
+    folder = os.path.dirname(os.path.abspath(file)) if file and file != COMMAND_LINE else os.getcwd()
+    try:
+        imports = import_user_modules(list(raw), folder)
+    except UserModuleError as err:
+        raise ConfigError(str(err), key="imports", **where) from None
+    for mc in modules.values():
+        found = user_file(mc.type, folder)
+        if found and found not in imports:
+            imports.append(found)
+    return imports
 
 
 def _plain(value: Any) -> Any:

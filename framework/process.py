@@ -20,12 +20,14 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import graph as dag
 from .atomic import PendingText
 from .config import ProcessConfig
+from .event import Event
 from .errors import ConfigError, OutputError, ParamError, SonicError
 from .module import Analyzer, Module
 from .output import RootOutput, branch_name
@@ -66,6 +68,8 @@ class RunResult:
     written: int
     output: str | None
     timing: Timing
+    #: the Analyzers' histograms summed over streams, by ``"<label>/<name>"`` (also written to the output)
+    histograms: dict[str, Any] = field(default_factory=dict)
 
 
 def software_version() -> str:
@@ -109,9 +113,10 @@ class _Outputs:
 class _Emitter:
     """Receives the processed events in input order: fills the output with those that passed, counts."""
 
-    def __init__(self, root: RootOutput | None, bar: Any):
+    def __init__(self, root: RootOutput | None, bar: Any, on_event: Callable[[Event, bool], None] | None = None):
         self.root = root
         self.bar = bar
+        self.on_event = on_event
         #: events handed over (the count a stopped job reports)
         self.emitted = 0
         #: events that passed every filter
@@ -122,6 +127,8 @@ class _Emitter:
         if self.root is not None and passed:
             self.root.fill(event)
         self.written += passed
+        if self.on_event is not None:
+            self.on_event(event, passed)
         if self.bar is not None:
             self.bar.update(1)
 
@@ -154,7 +161,7 @@ class Process:
     # -- validation ----------------------------------------------------------------------------------
     def _module_type(self, mc: Any) -> type[Module]:
         try:
-            return lookup(mc.type)
+            return lookup(mc.type, self.config.folder)
         except KeyError as err:
             raise ConfigError(err.args[0], key=f"modules.{mc.label}.type",
                               **mc.origin(None, self.config.file)) from None
@@ -256,7 +263,8 @@ class Process:
                 "inputs": list(getattr(self.source, "files", [])),
                 "first_entry": self.config.source.first_entry, "max_events": self.config.source.max_events}
 
-    def run(self, timing_json: str | None = None, progress: bool | None = None) -> RunResult:
+    def run(self, timing_json: str | None = None, progress: bool | None = None,
+            on_event: Callable[[Event, bool], None] | None = None, keep_histograms: bool = False) -> RunResult:
         """Runs the job. The output file appears (atomically) only if every event was processed.
 
         The job's four steps, each a method: the outputs are opened (:meth:`_open_outputs`), services
@@ -267,6 +275,11 @@ class Process:
         Args:
             timing_json: where to write the timing report as JSON (also ``services.timing.json``).
             progress: show a progress bar (default: ``options.progress`` and stderr is a terminal).
+            on_event: called with each processed event and whether it passed the filters, in input order,
+                on the thread that runs the job (the Python API's in-memory iteration); an exception it
+                raises stops the job like a module's.
+            keep_histograms: the caller keeps the histograms (``RunResult.histograms``), so a job without
+                an output file may fill them.
         """
         outputs = self._open_outputs(timing_json)
         streams = self._instantiate_streams()
@@ -274,11 +287,12 @@ class Process:
                         streams=self.config.options.streams, worker_threads=self.config.options.threads)
         started: list[Any] = []
         events = 0
-        emitter = _Emitter(outputs.root, self._progress_bar(progress))
+        emitter = _Emitter(outputs.root, self._progress_bar(progress), on_event)
+        histograms: dict[str, Any] = {}
         try:
-            self._begin(streams, started)
+            self._begin(streams, started, keep_histograms)
             events = self._process(streams, timing, emitter)
-            self._finish(streams, timing, outputs)
+            histograms = self._finish(streams, timing, outputs)
         except KeyboardInterrupt as stop:
             outputs.abort()
             signum = getattr(stop, "signum", signal.SIGINT)
@@ -292,7 +306,8 @@ class Process:
         finally:
             emitter.close()
             self._end(started)
-        return RunResult(events=events, written=emitter.written, output=outputs.path, timing=timing)
+        return RunResult(events=events, written=emitter.written, output=outputs.path, timing=timing,
+                         histograms=histograms)
 
     def _open_outputs(self, timing_json: str | None) -> _Outputs:
         """Checks and creates (under a temporary name) every file the job writes.
@@ -317,7 +332,7 @@ class Process:
             raise
         return _Outputs(root, report)
 
-    def _begin(self, streams: list[dict[str, Module]], started: list[Any]) -> None:
+    def _begin(self, streams: list[dict[str, Module]], started: list[Any], keep_histograms: bool = False) -> None:
         """Services, then every module instance, begin the job; each one that did goes on ``started``."""
         unique = list({id(m): m for stream in streams for m in stream.values()}.values())
         for service in self.services.values():
@@ -326,7 +341,8 @@ class Process:
         for module in unique:
             module.begin_job()
             started.append(module)
-        self._check_histograms_are_kept()
+        if not keep_histograms:
+            self._check_histograms_are_kept()
 
     def _process(self, streams: list[dict[str, Module]], timing: Timing, emitter: _Emitter) -> int:
         """Every event of the source through the modules; returns how many were processed."""
@@ -339,15 +355,22 @@ class Process:
         timing.finish()
         return events
 
-    def _finish(self, streams: list[dict[str, Module]], timing: Timing, outputs: _Outputs) -> None:
-        """The services' reports and the histograms join the outputs, which then get their names."""
+    def _finish(self, streams: list[dict[str, Module]], timing: Timing, outputs: _Outputs) -> dict[str, Any]:
+        """The services' reports and the histograms join the outputs, which then get their names; returns
+        the histograms."""
         for name, service in self.services.items():
             section = service.report()
             if section:
                 timing.add_section(name, section)
+        histograms = self._histograms(streams)
         if outputs.root is not None:
-            self._write_histograms(streams, outputs.root)
+            for path, hist in histograms.items():
+                try:
+                    outputs.root.write_object(path, hist)
+                except Exception as err:
+                    raise OutputError(f"cannot write histogram {path}: {err}") from None
         outputs.commit(timing)
+        return histograms
 
     @staticmethod
     def _end(started: list[Any]) -> None:
@@ -375,20 +398,18 @@ class Process:
             raise ConfigError(f"module(s) {', '.join(filling)} fill histograms, but there is no output file to keep "
                               f"them: give output.file or -o FILE", file=self.config.file, key="output.file")
 
-    def _write_histograms(self, streams: list[dict[str, Module]], output: RootOutput) -> None:
+    def _histograms(self, streams: list[dict[str, Module]]) -> dict[str, Any]:
+        """Every Analyzer's histograms summed over its instances, by ``"<label>/<name>"``."""
+        totals: dict[str, Any] = {}
         for label, proto in self.prototypes.items():
             if not isinstance(proto, Analyzer):
                 continue
             instances = list({id(s[label]): s[label] for s in streams}.values())
-            totals: dict[str, Any] = {}
             for module in instances:
                 for name, hist in module.histograms().items():
-                    totals[name] = hist if name not in totals else totals[name] + hist
-            for name, hist in totals.items():
-                try:
-                    output.write_object(f"{label}/{name}", hist)
-                except Exception as err:
-                    raise OutputError(f"cannot write histogram {label}/{name}: {err}") from None
+                    key = f"{label}/{name}"
+                    totals[key] = hist if key not in totals else totals[key] + hist
+        return totals
 
     def _progress_bar(self, progress: bool | None) -> Any:
         show = self.config.options.progress if progress is None else progress
