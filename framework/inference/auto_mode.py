@@ -48,12 +48,16 @@ def onnxruntime_cuda() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-def choose(gpu: Callable[[], str] = visible_gpu, ort_cuda: Callable[[], bool] = onnxruntime_cuda) -> Choice:
-    """Direct on the GPU when the job sees one and onnxruntime can use it; SONIC otherwise."""
-    seen = gpu()
+def choose(gpu: Callable[[], str] | None = None, ort_cuda: Callable[[], bool] | None = None) -> Choice:
+    """Direct on the GPU when the job sees one and onnxruntime can use it; SONIC otherwise.
+
+    Args:
+        gpu, ort_cuda: the two probes (default :func:`visible_gpu`, :func:`onnxruntime_cuda`).
+    """
+    seen = (gpu or visible_gpu)()
     if not seen:
         return Choice("sonic", "auto: no GPU visible to this job, so SONIC")
-    if not ort_cuda():
+    if not (ort_cuda or onnxruntime_cuda)():
         return Choice("sonic", f"auto: a GPU is visible ({seen}) but onnxruntime has no CUDA provider "
                                f"(install onnxruntime-gpu to run direct), so SONIC")
     return Choice("direct", f"auto: {seen} and onnxruntime has CUDA, so direct on the GPU")

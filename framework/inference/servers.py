@@ -111,6 +111,7 @@ class ServerPool:
         self._background = ThreadPoolExecutor(1, thread_name_prefix="sonic-servers")
         self.discover: Callable[[], list[ServerSpec]] | None = None
         self._discovered: set[str] = set()  # addresses discovery named (they may retire)
+        self._discovering = threading.Lock()  # one rediscovery at a time (the background one, or a caller's)
         for spec in specs:
             self._add(spec)
         for state in self.states:
@@ -396,6 +397,10 @@ class ServerPool:
     def rediscover(self) -> None:
         """Adds servers discovery names for the first time (probed at once), retires discovered ones it no
         longer names and brings back retired ones it names again. Runs on each background refresh."""
+        with self._discovering:
+            self._rediscover()
+
+    def _rediscover(self) -> None:
         found = self._ask_discovery()
         if found is None:
             return

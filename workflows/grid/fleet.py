@@ -255,7 +255,7 @@ class Fleet:
 
     def members(self) -> list[Member]:
         """Every server job with its state (report + batch system), its entry and whether it was asked to stop."""
-        task = self.task
+        self.task = task = Task(self.directory)  # the manager may have added server jobs since
         submissions = {i: task.submission(i) for i in task.indices}
         batch_ids = {i: s.batch_id for i, s in submissions.items() if s is not None and s.batch_id}
         polled: dict[int, BatchStatus] = {}

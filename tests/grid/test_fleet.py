@@ -1,0 +1,239 @@
+"""Fleets: the autoscaler's rule with a fake clock, and whole fleets end to end — Triton servers as Slurm,
+local and Dask jobs, client jobs finding them through the fleet directory, a server job cancelled mid-run,
+the autoscaler adding a server under load and removing an idle one, and nothing left after ``fleet stop``.
+
+End to end everything is real: the Slurm of the session fixture, ``tritonserver`` processes, ``sonic``
+commands in subprocesses. Client jobs are paced (an external wait per event) so that they are still running
+when a server job is cancelled; whether they were is checked from their records, never from durations.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import awkward as ak
+import numpy as np
+import pytest
+import uproot
+import yaml
+
+from sonic_hep.workflows.grid.errors import GridError
+from sonic_hep.workflows.grid.fleet import Fleet
+from sonic_hep.workflows.grid.fleet_autoscale import Autoscaler, Rule, Sample
+from sonic_hep.workflows.grid.merge import merge
+from sonic_hep.workflows.grid.status import wait
+from sonic_hep.workflows.grid.task import Task
+from tests.conftest import PROJECT
+from tests.grid.conftest import drivers_gone, single_run
+from tests.polling import gone, wait_for
+
+DEMO = PROJECT / "data" / "models" / "demo"
+
+
+# -- the rule, with a fake clock -------------------------------------------------------------------------
+def test_grows_only_after_the_queue_stayed_above_the_threshold_for_the_window():
+    scaler = Autoscaler(Rule(min_servers=1, max_servers=3, threshold_ms=5, window_s=30, idle_s=100))
+    busy = {"0000": 50, "0001": 40}
+    assert scaler.decide(0, Sample(8.0, busy)).action == "hold"
+    assert scaler.decide(20, Sample(9.0, busy)).action == "hold"
+    assert scaler.decide(25, Sample(4.0, busy)).action == "hold"  # dipped below: the window starts again
+    assert scaler.decide(30, Sample(6.0, busy)).action == "hold"
+    assert scaler.decide(59, Sample(6.0, busy)).action == "hold"
+    up = scaler.decide(60, Sample(6.5, busy))
+    assert (up.action, up.queue_ms, up.servers) == ("up", 6.5, 2) and "for 30 s" in up.reason
+    assert scaler.decide(61, Sample(7.0, busy)).action == "hold"  # the next one only after another window
+    starting = scaler.decide(91, Sample(7.0, busy, starting=1))
+    assert starting.action == "hold" and "starting" in starting.reason  # one server at a time
+
+
+def test_never_above_max_and_replaces_below_min():
+    scaler = Autoscaler(Rule(min_servers=2, max_servers=2, threshold_ms=1, window_s=0, idle_s=100))
+    at_max = scaler.decide(0, Sample(50.0, {"0000": 9, "0001": 9}))
+    assert at_max.action == "hold" and "at max 2" in at_max.reason
+    lost = scaler.decide(1, Sample(None, {"0001": 0}))
+    assert lost.action == "up" and "1 running + 0 starting < min 2" in lost.reason
+    assert scaler.decide(2, Sample(None, {"0001": 0}, starting=1)).action == "hold"
+
+
+def test_shrinks_an_idle_server_not_a_busy_one_and_not_below_min():
+    scaler = Autoscaler(Rule(min_servers=1, max_servers=3, threshold_ms=5, window_s=10, idle_s=60))
+    assert scaler.decide(0, Sample(1.0, {"0000": 10, "0001": 0, "0002": 0})).action == "hold"
+    assert scaler.decide(59, Sample(1.0, {"0000": 10, "0001": 0, "0002": 3})).action == "hold"
+    down = scaler.decide(60, Sample(1.0, {"0000": 10, "0001": 0, "0002": 0}))
+    assert (down.action, down.server) == ("down", "0001") and "answered no request for 60 s" in down.reason
+    assert scaler.decide(61, Sample(1.0, {"0000": 10, "0002": 0})).action == "hold"  # 0002 idle only since 60
+    assert scaler.decide(119, Sample(None, {"0000": 0, "0002": 0})).action == "hold"
+    down = scaler.decide(120, Sample(None, {"0000": 0, "0002": 0}))
+    assert (down.action, down.server) == ("down", "0002")
+    assert scaler.decide(500, Sample(None, {"0000": 0})).action == "hold"  # at min
+
+
+def test_no_shrinking_while_the_queue_is_above_the_threshold():
+    scaler = Autoscaler(Rule(min_servers=1, max_servers=2, threshold_ms=5, window_s=1000, idle_s=10))
+    scaler.decide(0, Sample(20.0, {"0000": 5, "0001": 0}))
+    assert scaler.decide(50, Sample(20.0, {"0000": 5, "0001": 0})).action == "hold"
+
+
+def test_bad_bounds_are_one_line():
+    with pytest.raises(GridError, match=r"--min-servers \(3\) <= --max-servers \(2\)"):
+        Rule(min_servers=3, max_servers=2)
+
+
+# -- end to end ------------------------------------------------------------------------------------------
+def paced_config(path: Path, events: int) -> Path:
+    """demo_inference with an external wait of 20 ms per event beside the tagger: each job lasts seconds, and
+    sends one inference request per event the whole time."""
+    config = {
+        "process": "fleettest",
+        "source": {"type": "empty", "events": events},
+        "modules": {"toyJets": {"type": "ToyJets"}, "pace": {"type": "SleepExternal", "ms": 20.0},
+                    "tagger": {"type": "ToyTagger"},
+                    "pacehist": {"type": "Histogram1D", "src": "pace:value", "name": "pace", "high": 1.0e6}},
+        "path": ["toyJets", "pace", "tagger", "pacehist"],
+        "output": {"file": "fleettest.root", "products": ["tagger:scores as ToyJet"]},
+        "services": {"inference": {"mode": "direct", "repository": [str(DEMO)], "fallback": False,
+                                   "timeout_s": 10.0}},
+        "options": {"streams": 2, "threads": 1},
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def fleet_args(directory: Path, executor: str, servers: int, *extra: str) -> list[str]:
+    return ["fleet", "start", directory, "-r", DEMO, "-m", "demo_mlp", "--servers", str(servers), "--executor",
+            executor, "--cpus", "1", "--host", "127.0.0.1", "--heartbeat-s", "1", "--ttl-s", "5", "--drain-s", "1",
+            "--scale-interval-s", "1", "--wait", "--timeout", "150", *extra]
+
+
+def server_pids(fleet_dir: Path) -> list[int]:
+    """Every tritonserver a server job of the fleet started (from the jobs' logs)."""
+    pids = []
+    for log in fleet_dir.glob("jobs/*/job.log"):
+        pids += [int(p) for p in re.findall(r"Triton server ready, pid (\d+)", log.read_text())]
+    return pids
+
+
+def assert_equal_to_direct(task: Task, config: Path, events: int, tmp_path: Path) -> None:
+    merge(task, tmp_path / "merged.root")
+    direct = single_run(config, [], tmp_path / "direct.root")
+    with uproot.open(tmp_path / "merged.root") as m, uproot.open(direct) as d:
+        assert m["Events"].num_entries == d["Events"].num_entries == events
+        assert ak.all(m["Events"]["nToyJet"].array() == d["Events"]["nToyJet"].array())
+        for label in ("b", "c", "uds", "g"):
+            np.testing.assert_allclose(ak.flatten(m["Events"][f"ToyJet_{label}"].array()),
+                                       ak.flatten(d["Events"][f"ToyJet_{label}"].array()), rtol=1e-5, atol=1e-6)
+
+
+def servers_used(task: Task) -> list[set[str]]:
+    """The servers each client job sent requests to (from its timing report)."""
+    return [set(json.loads(task.files(i).timing.read_text())["inference"]["models"]["demo_mlp"]["servers"])
+            for i in task.indices]
+
+
+def member_running(fleet: Fleet, index: int) -> bool:
+    return any(m.index == index and m.state == "running" and m.entry is not None for m in fleet.members())
+
+
+def stop_and_check_nothing_left(sonic_cli, fleet_dir: Path, env: dict | None = None) -> Fleet:
+    result = sonic_cli("fleet", "stop", fleet_dir, "--timeout", "60", env=env, check=True)
+    fleet = Fleet(fleet_dir)
+    assert all(m.state in ("done", "failed") for m in fleet.members()), result.stdout
+    assert list((fleet_dir / "servers").iterdir()) == []  # every entry removed (or expired and swept below)
+    for pid in server_pids(fleet_dir):
+        wait_for(lambda pid=pid: gone(pid), 30, f"tritonserver {pid} to exit")
+    assert fleet.manager() is None
+    return fleet
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+@pytest.mark.triton
+@pytest.mark.timeout(400)
+def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_and_down(tmp_path, slurm, sonic_cli):
+    # the test node has 2 cores; 3 one-core servers and 4 one-core clients share them
+    assert slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=FORCE:4").returncode == 0
+    fleet_dir, events = tmp_path / "fleet", 4 * 400
+    config = paced_config(tmp_path / "paced.yaml", events)
+    try:
+        start = sonic_cli(*fleet_args(fleet_dir, "slurm", 2, "--min-servers", "1", "--max-servers", "3",
+                                      "--scale-threshold-ms", "0", "--scale-window-s", "2", "--scale-idle-s", "4",
+                                      "-E", "time=00:10:00"), env=slurm.env, check=True)
+        assert len(start.stdout.splitlines()) == 2  # both servers registered: "0000: 127.0.0.1:P serving demo_mlp"
+        fleet = Fleet(fleet_dir)
+        script = next((fleet_dir / "logs").glob("slurm-submit-*.sh")).read_text()
+        assert "#SBATCH --cpus-per-task=1" in script and "#SBATCH --time=00:10:00" in script
+        cancelled = fleet.members()[0]
+
+        sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", "slurm", "--events-per-job", "400",
+                  "--fleet", fleet_dir, env=slurm.env, check=True)
+        task = Task(tmp_path / "task")
+        assert f"fleet: {fleet_dir}" in (task.directory / "config.yaml").read_text()
+
+        def clients_running() -> bool:
+            return all(task.report(i) is not None and task.report(i).state == "running" for i in task.indices)
+
+        wait_for(clients_running, 120, "the 4 client jobs to run")
+        # under load (threshold 0 ms: any queueing) the autoscaler adds a third server
+        wait_for(lambda: any(d["action"] == "up" for d in fleet.decisions()), 60, "the autoscaler to add a server")
+        up = next(d for d in fleet.decisions() if d["action"] == "up")
+        assert up["queue_ms"] > 0 and up["servers"] == 2 and up["added"] == [2]
+        cancelled_at = time.time()
+        assert slurm.run("scancel", cancelled.batch_id).returncode == 0  # mid-run
+        statuses = wait(task, interval=0.5, timeout=240)
+        assert [s.state for s in statuses] == ["done"] * 4, [s.reason for s in statuses]
+        assert_equal_to_direct(task, config, events, tmp_path)
+        used = servers_used(task)
+        assert all(used), used
+        outlived = [i for i in task.indices if task.report(i).ended > cancelled_at]
+        assert outlived, "no client job was still running when the server job was cancelled"
+        assert all(used[i] - {cancelled.entry.address} for i in outlived)  # they went on elsewhere
+        assert "registered 127.0.0.1:" in fleet.task.files(2).log.read_text()  # the third joined the fleet
+
+        # idle now: the autoscaler removes servers down to --min-servers 1
+        wait_for(lambda: any(d["action"] == "down" for d in fleet.decisions()), 60, "the autoscaler to remove one")
+        down = next(d for d in fleet.decisions() if d["action"] == "down")
+        assert "answered no request" in down["reason"]
+        wait_for(lambda: next(m for m in fleet.members() if m.name == down["server"]).state == "done", 60,
+                 f"server job {down['server']} to leave")
+        assert next(m for m in fleet.members() if m.index == cancelled.index).state == "failed"
+    finally:
+        fleet = stop_and_check_nothing_left(sonic_cli, fleet_dir, slurm.env)
+        slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=NO")
+    queued = slurm.run("squeue", "--noheader", "--name=sonic-fleet", "--format=%i %T")
+    assert queued.stdout.strip() == "", queued.stdout  # no server job left in Slurm
+    assert len(fleet.members()) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.triton
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path, sonic_cli, executor):
+    fleet_dir, events = tmp_path / "fleet", 2 * 300
+    config = paced_config(tmp_path / "paced.yaml", events)
+    try:
+        sonic_cli(*fleet_args(fleet_dir, executor, 2), check=True)
+        fleet = Fleet(fleet_dir)
+        cancelled = fleet.members()[0]
+        sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", executor, "--events-per-job", "300",
+                  "--max-running", "2", "--fleet", fleet_dir, check=True)
+        task = Task(tmp_path / "task")
+        wait_for(lambda: all(task.report(i) is not None and task.report(i).state == "running" for i in task.indices),
+                 120, "the client jobs to run")
+        cancelled_at = time.time()
+        fleet.cancel(cancelled)  # SIGTERM to the server job, as a batch system's cancel
+        statuses = wait(task, interval=0.5, timeout=200)
+        drivers_gone(task.directory)
+        assert [s.state for s in statuses] == ["done"] * 2, [s.reason for s in statuses]
+        assert_equal_to_direct(task, config, events, tmp_path)
+        assert [m.state for m in fleet.members()][0] == "failed" and "SIGTERM" in fleet.members()[0].reason
+        assert any(task.report(i).ended > cancelled_at for i in task.indices)
+        # the manager replaced the cancelled server (min 2): a third job registered
+        wait_for(lambda: len(fleet.members()) == 3 and member_running(fleet, 2), 90, "a replacement server")
+        assert [d["action"] for d in fleet.decisions()] == ["up"] and "< min 2" in fleet.decisions()[0]["reason"]
+    finally:
+        stop_and_check_nothing_left(sonic_cli, fleet_dir)
+    drivers_gone(fleet_dir)
