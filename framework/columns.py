@@ -9,7 +9,7 @@ it while reading, vectorised over a chunk::
     source:
       columns:
         MET_pt: {from: MissingET.MET, first: true, default: .nan}   # alias; first object; default
-        El_pt: "AnalysisElectronsAuxDyn:pt"        # any name, ':' included (a module's ':' means a product)
+        El_pt: "AnalysisElectronsAuxDyn:pt"        # any name, ':' included (or quote it: `AnalysisElectronsAuxDyn:pt`)
         Jet:                                       # a collection from a split object, fields renamed
           from: Jet
           fields: {pt: PT, eta: Eta, phi: Phi, mass: Mass, dz: {from: DZ, scale: 0.1}}   # mm → cm
@@ -25,7 +25,8 @@ it while reading, vectorised over a chunk::
         SV: {empty: true}                          # a collection the file does not have: no objects
         FatJet: {one_of: [{from: FatJet}, {empty: true}]}   # the first alternative the file has
 
-A column the configuration does not map is looked up under its own name (see :mod:`.names`).
+A column the configuration does not map is looked up under its own name (see :mod:`.names`); a name with
+``:`` (which in a module's input means ``label:product``) is written between backquotes.
 :func:`parse` checks a mapping's shape when the configuration is read; :func:`plan` resolves it against
 one file's :class:`~.names.Catalog` into :class:`Column` builders that :meth:`Column.build` runs per chunk.
 """

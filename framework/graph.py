@@ -17,6 +17,7 @@ import networkx as nx
 
 from .errors import GraphError, did_you_mean
 from .module import Analyzer, Filter, Module
+from .names import is_quoted
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def build(modules: dict[str, Module], path: list[str], output_patterns: list[str
                     g.add_edge(upstream, label, keys=[key])
                 continue
             owner, sep, instance = key.partition(":")
-            if sep:
+            if sep and not is_quoted(key):  # `Name:in:file` is a source column, not label:product
                 if owner in modules:
                     raise GraphError(f"module '{label}' consumes {key!r}, but module '{owner}' "
                                      f"({type(modules[owner]).__name__}) produces only "

@@ -30,6 +30,20 @@ from .errors import did_you_mean
 _ARRAY_SUFFIX = re.compile(r"\[\d+\]$")
 
 
+#: quotes a source name that contains ``:`` where a module's input would otherwise mean ``label:product``
+QUOTE = "`"
+
+
+def is_quoted(key: str) -> bool:
+    """True for a key written `` `AnalysisElectronsAuxDyn:pt` ``: a name in the file, whatever it contains."""
+    return len(key) > 2 and key[0] == QUOTE and key[-1] == QUOTE
+
+
+def unquote(key: str) -> str:
+    """The name in the file that ``key`` stands for (the key itself unless it is quoted)."""
+    return key[1:-1] if is_quoted(key) else key
+
+
 @dataclass(frozen=True)
 class Leaf:
     """One readable column of a tree.
@@ -142,6 +156,7 @@ class Catalog:
     # -- lookups -------------------------------------------------------------------------------------
     def leaf(self, name: str) -> Leaf | None:
         """The column ``name`` (any of its names), or ``None``. A split object's count is not a column."""
+        name = unquote(name)
         leaf = self.leaves.get(name)
         if leaf is None or (not self.is_rntuple and name in self.groups):
             return None
@@ -150,6 +165,7 @@ class Catalog:
     def members(self, name: str) -> dict[str, Leaf] | None:
         """The fields of collection ``name``: a split object's or RNTuple record's leaves, else NanoAOD's
         ``<name>_<field>`` branches (``None`` when there are none)."""
+        name = unquote(name)
         if name in self.groups:
             return self.groups[name]
         prefix = name + "_"

@@ -120,12 +120,14 @@ def test_unresolved_references_are_left_out_with_a_warning(tmp_path, other_schem
     assert "1 references of 'refs'" in caplog.text and "left out" in caplog.text
 
 
-def test_a_name_with_a_colon_reaches_modules_through_an_alias(tmp_path, other_schema):
+def test_a_name_with_a_colon_reaches_modules_quoted_or_through_an_alias(tmp_path, other_schema):
     out = run(tmp_path, other_schema, {"El_pt": "El:pt"}, {"h": {"type": "Histogram1D", "src": "El_pt", "high": 10.0}},
               ["El_pt"])
     assert out["El_pt"].tolist() == [3.0, 4.0, 5.0]
     with pytest.raises(GraphError, match="no module is labelled 'El'"):  # unquoted, ':' means label:product
         run(tmp_path, other_schema, {}, {"h": {"type": "Histogram1D", "src": "El:pt", "high": 10.0}}, [])
+    run(tmp_path, other_schema, {}, {"h": {"type": "Histogram1D", "src": "`El:pt`", "bins": 10, "high": 10.0}}, [])
+    assert uproot.open(tmp_path / "out.root")["h/h"].values().tolist() == [0, 0, 0, 1, 1, 1, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("entry, key, message", [

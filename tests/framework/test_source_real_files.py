@@ -118,13 +118,16 @@ def test_nested_rntuple_fields(tmp_path):
 
 def test_names_with_dots_slashes_and_colons():
     """BDSIM's split objects have ``.`` in names and ``::`` in leaves; a ``:`` in a module's input means a
-    product, so such a leaf is given to modules under an alias in ``source.columns``."""
+    product, so such a leaf is quoted (`` `name` ``) or given an alias in ``source.columns``."""
     path = data("uproot-issue371.root")
-    got = through_source(path, "Beam", [Request("particle"), Request("Beam.", None), Request("beamEnergy")],
+    got = through_source(path, "Beam", [Request("particle"), Request("Beam.", None), Request("beamEnergy"),
+                                        Request("`Beam.GMAD::BeamBase.distrType`")],
                          columns={"particle": "Beam.GMAD::BeamBase.particle",
                                   "beamEnergy": "Beam./Beam.GMAD::BeamBase/Beam.GMAD::BeamBase.beamEnergy"})
     same(got["particle"], plain(path, "Beam", "Beam./Beam.GMAD::BeamBase/Beam.GMAD::BeamBase.particle"))
     same(got["beamEnergy"], plain(path, "Beam", "Beam./Beam.GMAD::BeamBase/Beam.GMAD::BeamBase.beamEnergy"))
+    same(got["`Beam.GMAD::BeamBase.distrType`"],
+         plain(path, "Beam", "Beam./Beam.GMAD::BeamBase/Beam.GMAD::BeamBase.distrType"))
     same(got["Beam."]["GMAD::BeamBase.X0"], plain(path, "Beam", "Beam./Beam.GMAD::BeamBase/Beam.GMAD::BeamBase.X0"))
 
 
