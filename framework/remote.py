@@ -269,3 +269,28 @@ def exists(path: str) -> bool:
             return False
         raise RemoteReadError(f"cannot reach {path!r}: {type(err).__name__}: {_one_line(err)}") from None
     return True
+
+
+def glob(url: str) -> list[str]:
+    """The files a remote pattern (``root://host//store/run1/*.root``) matches, sorted, as URLs.
+
+    XRootD lists directories; plain HTTP has no listing, so an http(s) pattern is refused in one line.
+
+    Raises:
+        SourceError: a scheme that cannot list, an unreachable server, or no match (naming the pattern).
+    """
+    proto = scheme(url)
+    if proto not in XROOTD_SCHEMES:
+        raise SourceError(f"cannot expand {url!r}: {proto}:// has no directory listing; list the files "
+                          f"(or put them in a .txt file list)")
+    prepare(url)
+    import fsspec
+
+    try:
+        fs, pattern = fsspec.core.url_to_fs(url)
+        matches = sorted(fs.glob(pattern))
+    except Exception as err:  # noqa: BLE001 - a server refusing the listing, a malformed URL
+        raise RemoteReadError(f"cannot list {url!r}: {type(err).__name__}: {_one_line(err)}") from None
+    if not matches:
+        raise SourceError(f"no input file matches {url!r}")
+    return [fs.unstrip_protocol(match) for match in matches]

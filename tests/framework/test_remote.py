@@ -13,7 +13,6 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -244,9 +243,22 @@ def _task_outputs_equal_local(task_dir: Path, analysis: Path, served: Path, tmp_
     assert assert_same_events(merged, local) > 0
 
 
+def test_remote_patterns(xrootd, served, http_server):
+    from sonic_hep.workflows.grid.errors import GridError
+    from sonic_hep.workflows.grid.inputs import resolve_inputs
+
+    assert resolve_inputs([xrootd.url(served / "*.root")]) == [xrootd.url(served / "a.root"),
+                                                               xrootd.url(served / "b.root")]
+    with pytest.raises(GridError, match=r"no input file matches 'root://.*/nothing\*\.root'"):
+        resolve_inputs([xrootd.url(served / "nothing*.root")])
+    url = f"{http_server.base}/a.root?token=1"  # a query string is not a pattern
+    assert resolve_inputs([url]) == [url]
+
+
 def test_grid_jobs_read_root_inputs_on_the_local_executor(xrootd, served, analysis, sonic_cli, tmp_path):
     task_dir = tmp_path / "task"
-    sonic_cli("submit", analysis, "--input", xrootd.url(served / "a.root"), xrootd.url(served / "b.root"),
+    # a pattern is listed on the XRootD server (a.root, b.root in order), then split by events
+    sonic_cli("submit", analysis, "--input", xrootd.url(served / "*.root"),
               "--output-dir", task_dir, "--events-per-job", "100", "--wait", "--timeout", "120", check=True,
               timeout=180)
     assert all("root://" in (task_dir / "jobs" / job / "command.sh").read_text()

@@ -3,15 +3,18 @@
 ``--input`` takes ROOT files, globs (expanded sorted, so a task is reproducible) and file lists: a
 path ending in ``.txt`` or ``.list``, or written ``@list``, holds one file (or glob) per line, ``#``
 comments allowed. Local paths become absolute, because jobs may run in another directory or on
-another node; URLs (``root://``, ``https://``) are kept as given.
+another node; URLs (``root://``, ``https://``) are kept as given, and a ``root://`` pattern
+(``root://host//store/run1/*.root``) is expanded by listing the XRootD directory.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ...framework import remote
 from ...framework.errors import SourceError
 from ...framework.source import _open_tree, expand
 from .errors import GridError
@@ -55,7 +58,10 @@ def resolve_inputs(items: list[str]) -> list[str]:
         else:
             patterns.append(item)
     try:
-        files = expand(patterns)
+        files = []
+        for pattern in patterns:  # a remote pattern is listed on its server, everything else as a run would
+            remote_pattern = remote.scheme(pattern) in remote.XROOTD_SCHEMES and glob.has_magic(pattern)
+            files += remote.glob(pattern) if remote_pattern else expand([pattern])
     except SourceError as err:
         raise GridError(str(err)) from None
     if not files:
