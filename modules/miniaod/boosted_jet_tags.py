@@ -124,7 +124,7 @@ class BoostedJetTags(InferenceProducer):
         """The configured discriminators (a subclass may add its own spelling)."""
         return dict(self.discriminators)
 
-    def tag_info(self, event) -> TagInfo:
+    def tag_info(self, event, jets: dict[str, np.ndarray] | None = None) -> TagInfo:
         """The event's tag info (CMS's tag-info producer): named features of every jet."""
         lost = event.get(self.lost_tracks) if self.lost_tracks else None
         if self._needs_lost_tracks and lost is None:
@@ -132,8 +132,9 @@ class BoostedJetTags(InferenceProducer):
                               f"no {self.lost_tracks!r} collection: generate events with `sonic data generate "
                               f"miniaod` (which writes LostTracks_*)", key=f"modules.{self.label}.lost_tracks")
         declared = type(self)
-        return TagInfo(self.settings(), columns(event.get(self.jets), declared.jets.fields),
-                       columns(event.get(self.pfcands), declared.pfcands.fields),
+        if jets is None:
+            jets = columns(event.get(self.jets), declared.jets.fields)
+        return TagInfo(self.settings(), jets, columns(event.get(self.pfcands), declared.pfcands.fields),
                        columns(event.get(self.constituents), declared.constituents.fields),
                        columns(event.get(self.svs), declared.svs.fields),
                        None if lost is None else columns(lost, declared.lost_tracks.fields))
@@ -147,10 +148,10 @@ class BoostedJetTags(InferenceProducer):
                               key=f"modules.{self.label}") from None
 
     def acquire(self, event) -> Future | None:
-        info = self.tag_info(event)
-        if info.n_jets == 0:
+        jets = columns(event.get(self.jets), type(self).jets.fields)
+        if len(jets["pt"]) == 0:
             return None
-        return self.infer(self.inputs_for(info), [self._output])
+        return self.infer(self.inputs_for(self.tag_info(event, jets)), [self._output])
 
     def produce(self, event, result) -> None:
         probs = np.zeros((0, len(self._labels)), dtype=np.float32) if result is None else result[self._output]
