@@ -227,7 +227,8 @@ def test_a_server_whose_python_has_numpy_2_serves_the_same_numbers(tmp_path, rng
                              capture_output=True, text=True, check=True).stdout
     assert int(version.split(".")[0]) >= 2
     x = rng.standard_normal((37, 16)).astype(np.float32)  # 37 different rows: a wrong read shows
-    with TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], python=str(NUMPY2_PYTHON), workdir=tmp_path / "srv") as server:
+    with TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], python=str(NUMPY2_PYTHON), workdir=tmp_path / "srv",
+                      backend="python") as server:  # the python-based backend's DLPack path (native has no stub)
         served = _infer(server.grpc_url, "demo_mlp", x).as_numpy("probs")
     assert served.shape == (37, 4)
     np.testing.assert_allclose(served, _infer_direct("demo_mlp", DEMO_REPOSITORY, x), rtol=0, atol=1e-5)

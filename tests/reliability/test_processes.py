@@ -45,7 +45,7 @@ JOB = textwrap.dedent("""
     started = {}
 
     def recover():  # like the sonic-recovery thread starting a fallback server, then ending
-        started["server"] = TritonServer([REPOSITORY], models=["demo_sum"]).start()
+        started["server"] = TritonServer([REPOSITORY], models=["demo_sum"], backend="python").start()  # with stubs
 
     thread = threading.Thread(target=recover, name="sonic-recovery")
     thread.start()
@@ -99,7 +99,8 @@ def test_a_server_started_by_a_thread_dies_with_its_job(tmp_path, kill):
 
 def test_stub_shared_memory_is_private_and_removed_after_a_kill(tmp_path):
     """Boost.Interprocess makes the python backend's regions 0644 whatever the umask."""
-    server = TritonServer([DEMO_REPOSITORY], models=["demo_sum"], workdir=tmp_path / "work").start()
+    # the python-based backend: the native one (the default) runs no python stub, so it makes no region
+    server = TritonServer([DEMO_REPOSITORY], models=["demo_sum"], workdir=tmp_path / "work", backend="python").start()
     try:
         regions = list(SHM.glob(server.shm_prefix + "*"))
         assert regions, "the python stub has no shared memory region"

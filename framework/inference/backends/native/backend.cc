@@ -844,6 +844,14 @@ SONIC_EXPORT TE* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstan
   self->handle = handle;
   err = open_session(self, kind, device);
   if (!err) err = TRITONBACKEND_ModelInstanceSetState(handle, self);
+  const char* name = nullptr;
+  TE* unnamed = err ? nullptr : TRITONBACKEND_ModelInstanceName(handle, &name);
+  if (unnamed) TRITONSERVER_ErrorDelete(unnamed);  // it only costs the log line
+  if (!err && !unnamed && name)
+    log(kTritonLogInfo, "model '" + self->model->name + "': instance " + name + " (" +
+                            (kind == kTritonKindGpu && g_runtime->cuda ? "GPU " + std::to_string(device) : "CPU") +
+                            ", " + std::to_string(self->model->intra_threads) + " intra-op threads) serves " +
+                            self->model->path);
   if (err) {
     if (self->session) g_runtime->ort.ReleaseSession(self->session);
     delete self;
