@@ -20,6 +20,7 @@ so they are checked exactly like the file.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,10 +350,18 @@ def _source_columns(data: dict, file: str | None) -> dict[str, Any]:
     try:
         return columns.parse(raw)
     except columns.SpecError as err:
-        entry = err.path.split(".")[0].split("[")[0]
-        where = origin(raw, entry, file) if isinstance(raw, dict) and entry in raw else origin(raw_source, "columns", file)
-        key = "source.columns" + (f".{err.path}" if err.path else "")
-        raise ConfigError(err.message, key=key, **where) from None
+        # the deepest mapping on the error's path that holds the next key says where it was written
+        where = origin(raw_source, "columns", file)
+        node: Any = raw
+        for part in re.findall(r"[^.\[\]]+", err.path):
+            key: Any = int(part) if isinstance(node, list) and part.isdigit() else part
+            if isinstance(node, dict) and key in node:
+                where, node = origin(node, key, file), node[key]
+            elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+                node = node[key]
+            else:
+                break
+        raise ConfigError(err.message, key="source.columns" + (f".{err.path}" if err.path else ""), **where) from None
 
 
 def _user_imports(data: dict, modules: dict[str, ModuleConfig], file: str | None) -> list[str]:

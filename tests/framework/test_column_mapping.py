@@ -149,3 +149,15 @@ def test_a_malformed_mapping_names_file_line_and_key(tmp_path, entry, key, messa
     text = str(err.value)
     assert text.startswith(f"{path}:") and f"{key}: " in text and message in text, text
     assert err.value.line is not None
+
+
+def test_a_mapping_error_from_the_command_line_blames_the_command_line(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("source:\n  files: [x.root]\n  columns:\n    Jet:\n      from: jet\n"
+                    "      fields: {pt: {from: PT, scale: x}}\nmodules:\n  ht: {type: CollectionSum}\n")
+    with pytest.raises(ConfigError) as err:
+        cfgmod.load(str(path))
+    assert str(err.value).startswith(f"{path}:6: source.columns.Jet.fields.pt.scale: ")  # the nested key's line
+    path.write_text("source:\n  files: [x.root]\n  columns:\n    Jet: {from: jet}\nmodules:\n  ht: {type: CollectionSum}\n")
+    with pytest.raises(ConfigError, match=r"^<command line>: source.columns.Jet.form: unknown key"):
+        cfgmod.load(str(path), ["source.columns.Jet.form=jet"])
