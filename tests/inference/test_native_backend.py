@@ -10,6 +10,7 @@ direct inference's onnxruntime session (``ort_session.open_session``, the same s
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -24,11 +25,12 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from sonic_hep.framework.errors import InferenceError
+from sonic_hep.framework.errors import ConfigError, InferenceError
 from sonic_hep.framework.inference.backends.native import build
 from sonic_hep.framework.inference.backends.onnxruntime.ort_session import open_session
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository
 from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.service import InferenceConfig
 from sonic_hep.workflows.bench._fuzz import ModelSpec, valid_inputs
 
 from tests.conftest import PROJECT, SHARED
@@ -359,6 +361,24 @@ def test_missing_compiler_falls_back_with_a_notice(tmp_path, monkeypatch, caplog
             np.testing.assert_allclose(answer["y"], expected[0], **TOLERANCE)
     notices = [r.getMessage() for r in caplog.records if "native onnxruntime backend unavailable" in r.getMessage()]
     assert len(notices) == 1 and "\n" not in notices[0] and "no-such-g++" in notices[0], notices
+
+
+def test_sonic_run_starts_its_local_server_with_the_configured_backend(tmp_path):
+    """``services.inference.fallback_server.backend`` reaches the server ``sonic run --inference sonic`` starts."""
+    timing = tmp_path / "timing.json"
+    run = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "run", "demo_inference", "-n", "3", "-o",
+                          str(tmp_path / "out.root"), "--inference", "sonic", "--no-progress", "--timing-json",
+                          str(timing), "-p", "services.inference.fallback_server.backend=native"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    fallback = json.loads(timing.read_text())["inference"]["fallback"]
+    assert fallback["backend"] == "native" and fallback["model_backends"]["demo_mlp"] == "onnxruntime (native)"
+
+
+def test_a_bad_backend_in_the_configuration_names_the_key():
+    with pytest.raises(ConfigError, match=r"^services\.inference\.fallback_server\.backend: must be one of auto, "
+                                          r"native, python, not 'fast'$"):
+        InferenceConfig.from_dict({"fallback_server": {"backend": "fast"}})
 
 
 def test_bad_backend_value_is_one_line():
