@@ -27,11 +27,13 @@ from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository, TensorSpec, add_tensors
 from sonic_hep.framework.inference.servable import unservable
 
-from tests.conftest import shared_path
+from tests.conftest import PROJECT, shared_path
 from tests.inference.conftest import sonic_client
 from tests.polling import read_line
+from tests.reliability.test_model_errors import FakeRequest, args, assert_one_error_each, load, pb_utils  # noqa: F401
 
 CLI = [sys.executable, "-m", "sonic_hep.workflows.cli"]
+TORCH_BACKEND = PROJECT / "framework" / "inference" / "backends" / "pytorch" / "model.py"
 ONNX_TWIN, TORCH_TWIN, UNSUPPORTED = "particlenet_AK4", "particlenet_AK4_PT", "tagger_tf"
 ONNX_MODELS = ["particlenet_AK4", "particlenet", "deepmet"]
 
@@ -205,6 +207,31 @@ def test_a_bad_request_to_the_torch_model_fails_alone(server, client, repository
         probe.close()
     again = client.infer(TORCH_TWIN, good[0]).result(120)["softmax__0"]
     np.testing.assert_allclose(again, futures[0].result()["softmax__0"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.shared
+def test_torch_backend_reruns_a_failed_batch_request_by_request(pb_utils, repository):
+    """In process, against a stand-in for the stub: requests of equal shapes run as one torch call; when it
+    fails (here one request's float64 features make the whole concatenation float64), each request is
+    run alone, and only the bad one fails, with an error of its own naming the model."""
+    needs_torch()
+    info = repository.get(TORCH_TWIN)
+    model = load(TORCH_BACKEND, "_torch_backend_model").TritonPythonModel()
+    model.initialize(args(info.path, info.config_dict))
+    rng = np.random.default_rng(7)
+    good = [inputs_for(info, rng, batch=2, length=30) for _ in range(2)]
+    bad = inputs_for(info, rng, batch=2, length=30)
+    bad["pf_features__1"] = bad["pf_features__1"].astype(np.float64)
+    responses = model.execute([FakeRequest(**good[0]), FakeRequest(**bad), FakeRequest(**good[1])])
+    assert_one_error_each([responses[1]], TORCH_TWIN, 1)
+    assert "torch failed" in responses[1].error.message()
+    direct = DirectClient(repository)
+    for inputs, response in zip(good, (responses[0], responses[2])):
+        assert response.error is None
+        np.testing.assert_allclose(response.output_tensors[0].value, direct.run(TORCH_TWIN, inputs)["softmax__0"],
+                                   rtol=0, atol=1e-6)
+    batched = model.execute([FakeRequest(**inputs) for inputs in good])  # one call, split back per request
+    assert all(r.error is None and r.output_tensors[0].value.shape == (2, 8) for r in batched)
 
 
 # -- strict ----------------------------------------------------------------------------------------------
