@@ -114,7 +114,8 @@ def parse_spec(raw: Any, path: str) -> Spec:
         raise SpecError(path, f"must be a name in the file or a mapping with keys {list(KEYS)}, not {raw!r}")
     unknown = [k for k in raw if k not in KEYS]
     if unknown:
-        raise SpecError(f"{path}.{unknown[0]}", f"unknown key{did_you_mean(str(unknown[0]), KEYS)}; known: {list(KEYS)}")
+        raise SpecError(f"{path}.{unknown[0]}",
+                        f"unknown key{did_you_mean(str(unknown[0]), KEYS)}; known: {list(KEYS)}")
     kinds = [k for k in ("concat", "references", "one_of", "empty") if k in raw]
     if len(kinds) > 1:
         raise SpecError(path, f"{kinds[0]!r} and {kinds[1]!r} cannot be combined: give one way to build the column")
@@ -131,7 +132,8 @@ def parse_spec(raw: Any, path: str) -> Spec:
         if isinstance(v, Mapping):  # {from: NAME, scale: FACTOR}
             extra = [x for x in v if x not in ("from", "scale")]
             if extra or "from" not in v:
-                raise SpecError(where, f"a field is a name in the file or {{from: NAME, scale: FACTOR}}, not {dict(v)!r}")
+                raise SpecError(where, f"a field is a name in the file or {{from: NAME, scale: FACTOR}}, "
+                                       f"not {dict(v)!r}")
             if "scale" in v:
                 scales[str(k)] = float(_number(v["scale"], f"{where}.scale"))
             v = v["from"]

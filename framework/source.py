@@ -242,8 +242,8 @@ class RootSource:
             try:
                 tree.arrays([leaf.read], entry_start=lo, entry_stop=hi, library="ak")
             except Exception as single:  # noqa: BLE001 - finding which leaf uproot cannot read
-                return (f"cannot read branch {leaf.name!r} (type {plan.catalog.typename(leaf)!r}) at entries {lo} to {hi - 1} "
-                        f"of {path!r} (corrupt file?): {_one_line(single)}")
+                return (f"cannot read branch {leaf.name!r} (type {plan.catalog.typename(leaf)!r}) at entries "
+                        f"{lo} to {hi - 1} of {path!r} (corrupt file?): {_one_line(single)}")
         return f"cannot read entries {lo} to {hi - 1} of {path!r} (corrupt file?): {_one_line(err)}"
 
     @staticmethod

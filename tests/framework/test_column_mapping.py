@@ -48,7 +48,8 @@ def run(tmp_path, path, columns, modules, products, **source):
 def test_an_existing_producer_runs_on_separately_stored_renamed_branches(tmp_path, other_schema):
     out = run(tmp_path, other_schema, {"Jet": {"fields": {"pt": "jetPt", "eta": "jetEta"},
                                                "defaults": {"phi": 0.0, "mass": 0.0}}},
-              {"ht": {"type": "CollectionSum", "min_pt": 15.0}, "good": {"type": "SelectObjects", "min_pt": 25.0, "max_abs_eta": 2.5}},
+              {"ht": {"type": "CollectionSum", "min_pt": 15.0},
+               "good": {"type": "SelectObjects", "min_pt": 25.0, "max_abs_eta": 2.5}},
               ["ht:sum", "good:objects as GoodJet"])
     np.testing.assert_allclose(out["ht_sum"], ak.sum(JETS[JETS > 15], axis=1))
     assert ak.to_list(out["GoodJet_pt"]) == ak.to_list(JETS[(JETS > 25) & (abs(ETAS) < 2.5)])
@@ -56,8 +57,9 @@ def test_an_existing_producer_runs_on_separately_stored_renamed_branches(tmp_pat
 
 
 def test_fields_renamed_scaled_and_defaulted_from_a_collection(tmp_path, other_schema):
-    out = run(tmp_path, other_schema, {"Jet": {"from": "jet", "fields": {"pt": "PT", "eta": {"from": "Z", "scale": 10.0}},
-                                               "defaults": {"phi": 1.5, "mass": 4}}},
+    mapping = {"Jet": {"from": "jet", "fields": {"pt": "PT", "eta": {"from": "Z", "scale": 10.0}},
+                       "defaults": {"phi": 1.5, "mass": 4}}}
+    out = run(tmp_path, other_schema, mapping,
               {"good": {"type": "SelectObjects", "min_pt": 0.0, "max_abs_eta": 100.0}}, ["good:objects as J"])
     assert ak.to_list(out["J_pt"]) == ak.to_list(JETS)
     np.testing.assert_allclose(ak.flatten(out["J_eta"]), ak.flatten(JETS))  # Z * 10 == PT
@@ -158,6 +160,7 @@ def test_a_mapping_error_from_the_command_line_blames_the_command_line(tmp_path)
     with pytest.raises(ConfigError) as err:
         cfgmod.load(str(path))
     assert str(err.value).startswith(f"{path}:6: source.columns.Jet.fields.pt.scale: ")  # the nested key's line
-    path.write_text("source:\n  files: [x.root]\n  columns:\n    Jet: {from: jet}\nmodules:\n  ht: {type: CollectionSum}\n")
+    path.write_text("source:\n  files: [x.root]\n  columns:\n    Jet: {from: jet}\n"
+                    "modules:\n  ht: {type: CollectionSum}\n")
     with pytest.raises(ConfigError, match=r"^<command line>: source.columns.Jet.form: unknown key"):
         cfgmod.load(str(path), ["source.columns.Jet.form=jet"])

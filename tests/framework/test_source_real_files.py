@@ -190,7 +190,8 @@ def test_undecodable_bytes_name_the_branch_and_the_entries_that_failed(tmp_path)
     raw[seek + size - 40:seek + size - 5] = b"\xff" * 35
     path.write_bytes(bytes(raw))
     for first, expected, delivered in [(0, "entries 20 to 29", 20), (25, "entries 25 to 34", 0)]:
-        source = RootSource(SourceConfig(files=[str(path)], chunk_size=10, first_entry=first), [Request("x"), Request("y")])
+        source = RootSource(SourceConfig(files=[str(path)], chunk_size=10, first_entry=first),
+                            [Request("x"), Request("y")])
         seen = 0
         with pytest.raises(SourceError) as err:
             for chunk in source.chunks():

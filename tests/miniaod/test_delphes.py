@@ -65,7 +65,8 @@ def test_candidates_jets_and_defaults_come_from_the_file(delphes_file, delphes_t
         assert set(pdg[event][:a]) == {211} and set(pdg[event][a:b]) == {22} and set(pdg[event][b:]) == {130}
     d0 = delphes_tree["EFlowTrack/EFlowTrack.D0"].array()
     tracks = pf[ak.local_index(pf.pt) < n_track]
-    np.testing.assert_allclose(ak.to_numpy(ak.flatten(tracks.dxy)), ak.to_numpy(ak.flatten(d0)) * 0.1, rtol=1e-6)  # mm → cm
+    np.testing.assert_allclose(ak.to_numpy(ak.flatten(tracks.dxy)), ak.to_numpy(ak.flatten(d0)) * 0.1,
+                               rtol=1e-6)  # mm → cm
     assert ak.all(columns["Jet"].pt == delphes_tree["Jet/Jet.PT"].array())
     assert ak.all(columns["Tau"].eta == delphes_tree["Jet/Jet.Eta"].array())
     assert ak.all(columns["Tau"].decayMode == 0) and ak.all(ak.num(columns["SV"]) == 0)
