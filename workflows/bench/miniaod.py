@@ -7,9 +7,12 @@ on generated events, with the models run in-process (direct) and on Triton (SONI
     sonic bench miniaod --events 100                       # generates the events, starts local Tritons
     sonic bench miniaod --input ttbar.root --server 10.0.0.7:8001 --config miniaod_cms --modes direct,sonic
 
-Modes: ``direct`` (onnxruntime in the job), ``sonic-python`` and ``sonic-native`` (the job's local
-Triton server with ONNX models on the python-based or the native onnxruntime backend, side by side),
-``sonic`` (the servers given with ``--server``, or a local one on the best backend available).
+Modes: ``direct`` (onnxruntime in the job), ``sonic-python`` and ``sonic-native`` (a local Triton
+server started by the bench before the runs, ONNX models on the python-based or the native onnxruntime
+backend, side by side), ``sonic`` (the servers given with ``--server``, or the job's own fallback server).
+Besides wall time per event, each run gives the CPU time per event of the job and of its local server
+(/proc of the server and its python stubs): on a shared machine the kernel's sharing of the cores
+between job and server moves the wall-time ratio; the CPU ratio is what the service costs.
 ``--repeat N`` runs every mode N times, interleaved (so a change in the load of a shared machine hits
 every mode alike), and reports each mode's run of median event time.
 
@@ -37,9 +40,12 @@ from typing import Any
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...framework.errors import SonicError
+from ...framework.inference.server import TritonServer
+from ...framework.inference.service import resolve_repository
 from ..compare import compare_files
 from ._machine import machine_description
 from ._samples import generated_input
+from ._load import process_tree_cpu
 from ._sent import count_sent
 
 log = logging.getLogger(__name__)
@@ -72,19 +78,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="configuration override, as for sonic run (e.g. services.inference.repository=[dir])")
 
 
-def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.Namespace,
+             server: TritonServer | None = None) -> dict[str, Any]:
+    """One run of ``name``; ``server`` is the bench's local server for a mode that names a backend."""
     mode, backend = MODES[name]
     overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"options.streams={args.streams}",
                  f"options.threads={args.threads}", "options.progress=false", "services.inference.workers=1",
                  f"output.file='{out / f'miniaod_{name}.root'}'", *args.param]
     if name == "sonic" and args.server:
         overrides.append("services.inference.servers=[" + ", ".join(f"'{s}'" for s in args.server) + "]")
-    if backend is not None:  # the job's own local server, on this backend
-        overrides += ["services.inference.servers=[]", f"services.inference.fallback_server.backend={backend}"]
+    if server is not None:
+        overrides += [f"services.inference.servers=['{server.grpc_url}']", "services.inference.fallback=false"]
     config = cfgmod.load(config_name, overrides)
     process = Process(config)
     sent = count_sent(process)  # what each producer's own acquire sends, in this very run
+    server_cpu = process_tree_cpu(server.pid) if server is not None else None
     result = process.run(progress=False)
+    if server is not None:
+        server_cpu = process_tree_cpu(server.pid) - server_cpu
     report = result.timing.report()
     events = max(report["events"], 1)
     event_ms = 1000.0 * report["wall_s"] / events
@@ -103,7 +114,9 @@ def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.N
                         "wait_ms": m.get("wait_ms_per_event")})
     sent_by_model = sent.sent if sent is not None else {}
     input_mb = {m["label"]: sent_by_model.get(models[m["label"]], 0) / events / 1e6 for m in report["modules"]}
-    return {"mode": name, "events": report["events"], "event_ms": event_ms, "events_per_s": report["events_per_s"],
+    return {"mode": name, "events": report["events"], "event_ms": event_ms,
+            "job_cpu_ms": 1000.0 * report["cpu_s"] / events,
+            "server_cpu_ms": None if server_cpu is None else 1000.0 * server_cpu / events, "events_per_s": report["events_per_s"],
             "modules": modules, "inference": report.get("inference"), "output": result.output,
             "models": {label: model or "" for label, model in models.items()}, "input_mb": input_mb}
 
@@ -129,12 +142,20 @@ def markdown(results: dict[str, Any]) -> str:
         for r in results["runs"]) + " |")
     lines.append("| **event** (wall) | | | | " + " | ".join(f"**{r['event_ms']:.1f}** | 100 %" for r in results["runs"])
                  + " |")
+    lines.append("| CPU: job (+ server) ms/evt | | | | " + " | ".join(
+        f"{r['job_cpu_ms']:.1f}" + ("" if r.get("server_cpu_ms") is None else
+                                    f" + {r['server_cpu_ms']:.1f} = {r['job_cpu_ms'] + r['server_cpu_ms']:.1f}")
+        + " | " for r in results["runs"]) + "|")
     lines.append("")
     lines.append(" · ".join(f"{r['mode']}: {r['events_per_s']:.1f} events/s" for r in results["runs"]))
     first = results["runs"][0]["mode"]
     if results.get("ratios"):
         lines.append("\nEvent time relative to " + first + ": " + " · ".join(
             f"{mode} **{ratio:.2f}×**" for mode, ratio in results["ratios"].items()))
+        lines.append("\nCPU per event (job + its server) relative to " + first + ": " + " · ".join(
+            f"{mode} {ratio:.2f}×" for mode, ratio in results["cpu_ratios"].items()) + " (on a shared machine the "
+            "wall-time ratio depends on how the kernel shares the cores between the job and the server; the CPU "
+            "ratio says what the service costs in capacity)")
     if results.get("repeat", 1) > 1:
         lines.append(f"\nEach mode's run of median event time of {results['repeat']} (interleaved); all runs, ms/event: "
                      + " · ".join(f"{r['mode']} {', '.join(f'{t:.1f}' for t in r['repeats_event_ms'])}"
@@ -144,6 +165,14 @@ def markdown(results: dict[str, Any]) -> str:
     for mode, reason in results.get("unavailable", {}).items():
         lines.append(f"\n{mode}: not measured: {reason}")
     return "\n".join(lines) + "\n"
+
+
+def local_server(args: argparse.Namespace, backend: str) -> TritonServer:
+    """A server of the configuration's model repositories whose ONNX models run on ``backend``."""
+    config = cfgmod.load(args.config, list(args.param))
+    folders = config.services.get("inference", {}).get("repository") or []
+    folders = [folders] if isinstance(folders, str) else folders
+    return TritonServer([resolve_repository(str(f)) for f in folders], backend=backend).start()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,17 +188,26 @@ def run(args: argparse.Namespace) -> int:
                          "start their own local server): use --modes direct,sonic")
     repeats: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     unavailable: dict[str, str] = {}
-    for _ in range(max(1, args.repeat)):
-        for mode in modes:  # interleaved: a change in the machine's load hits every mode alike
-            if mode in unavailable:
-                continue
-            try:
-                repeats[mode].append(run_mode(args.config, path, mode, out, args))
-            except SonicError as err:
-                if MODES[mode][1] != "native":
-                    raise
-                unavailable[mode] = str(err).splitlines()[0]  # e.g. no C++ compiler here: said, not fatal
-                log.warning("sonic bench miniaod: mode %s skipped: %s", mode, unavailable[mode])
+    servers: dict[str, TritonServer] = {}
+    try:
+        for mode in modes:  # one local server per backend, up for the whole bench (its start is no event's time)
+            backend = MODES[mode][1]
+            if backend is not None and backend not in servers:
+                try:
+                    servers[backend] = local_server(args, backend)
+                except SonicError as err:
+                    if backend != "native":
+                        raise
+                    unavailable[mode] = str(err).splitlines()[0]  # e.g. no C++ compiler here: said, not fatal
+                    log.warning("sonic bench miniaod: mode %s skipped: %s", mode, unavailable[mode])
+        for _ in range(max(1, args.repeat)):
+            for mode in modes:  # interleaved: a change in the machine's load hits every mode alike
+                if mode not in unavailable:
+                    server = servers.get(MODES[mode][1]) if MODES[mode][1] else None
+                    repeats[mode].append(run_mode(args.config, path, mode, out, args, server))
+    finally:
+        for server in servers.values():
+            server.stop()
     runs = []
     for mode in (m for m in modes if repeats[m]):
         ordered = sorted(repeats[mode], key=lambda r: r["event_ms"])
@@ -184,6 +222,9 @@ def run(args: argparse.Namespace) -> int:
     first = runs[0] if runs else {}
     results.update(models=first.get("models", {}), input_mb=first.get("input_mb", {}))
     results["ratios"] = {r["mode"]: r["event_ms"] / first["event_ms"] for r in runs[1:]}
+    total = {r["mode"]: r["job_cpu_ms"] + (r.get("server_cpu_ms") or 0.0) for r in runs}
+    results["cpu_ratios"] = {r["mode"]: total[r["mode"]] / total[first["mode"]] for r in runs[1:]
+                             if r.get("server_cpu_ms") is not None or MODES[r["mode"]][0] == "direct"} if runs else {}
     results["comparisons"] = {}
     for other in runs[1:]:
         comparison = compare_files(first["output"], other["output"])
