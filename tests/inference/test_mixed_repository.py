@@ -22,12 +22,15 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository, TensorSpec, add_tensors
 from sonic_hep.framework.inference.servable import unservable
+from sonic_hep.framework.process import Process
 
 from tests.conftest import PROJECT, shared_path
+from tests.miniaod.conftest import branches, small_file  # noqa: F401 - small_file is a fixture
 from tests.inference.conftest import sonic_client
 from tests.polling import read_line
 from tests.reliability.test_model_errors import FakeRequest, args, assert_one_error_each, load, pb_utils  # noqa: F401
@@ -207,6 +210,32 @@ def test_a_bad_request_to_the_torch_model_fails_alone(server, client, repository
         probe.close()
     again = client.infer(TORCH_TWIN, good[0]).result(120)["softmax__0"]
     np.testing.assert_allclose(again, futures[0].result()["softmax__0"], rtol=0, atol=1e-6)
+
+
+@pytest.mark.triton
+@pytest.mark.shared
+def test_the_tagger_module_never_knows_which_engine_runs_its_model(server, repositories, small_file, tmp_path):
+    """CMS's AK4 tagger configuration (BoostedJetTags) with only its model switched to the TorchScript twin (the
+    twin's own preprocess.json names its inputs ``pf_points__0`` ...): the same jet scores as with the ONNX
+    model, direct and over SONIC."""
+    needs_torch()
+    repositories = [*map(str, repositories), str(PROJECT / "data" / "models" / "miniaod")]
+    scores = {}
+    for model, mode in ((ONNX_TWIN, "direct"), (TORCH_TWIN, "direct"), (TORCH_TWIN, "sonic")):
+        path = tmp_path / f"{model}-{mode}.root"
+        config = cfgmod.load("miniaod_cms", [
+            f"source.files=['{small_file}']", f"output.file='{path}'", "options.progress=false",
+            "source.max_events=12", "output.products=['pnetAK4:scores as JetPNet']", f"modules.pnetAK4.model={model}",
+            f"services.inference.repository={repositories}", f"services.inference.mode={mode}",
+            f"services.inference.servers=['{server.address}']", "services.inference.fallback=false"])
+        Process(config).run(progress=False)
+        scores[model, mode] = branches(path)
+    reference = scores[ONNX_TWIN, "direct"]
+    assert "JetPNet_BvsAll" in reference and reference["JetPNet_BvsAll"].size > 20
+    for key, columns in scores.items():
+        assert columns.keys() == reference.keys(), key
+        for column, values in reference.items():
+            np.testing.assert_allclose(columns[column], values, rtol=0, atol=1e-4, err_msg=f"{key} {column}")
 
 
 @pytest.mark.shared
