@@ -8,6 +8,10 @@ python stub per Python version. Serving ONNX models through it needs a *backend 
     <backend-directory>/python/triton_python_backend_utils.py
     <backend-directory>/onnxruntime/                          our python-based onnxruntime backend, or a
                                                               folder holding the native libtriton_onnxruntime.so
+    <backend-directory>/pytorch/, tensorflow/                 our python-based torch and tensorflow backends
+                                                              (``pytorch_libtorch``, ``tensorflow_*`` models; a
+                                                              model whose engine does not import in the server's
+                                                              python is left out: ``servable.py``)
 
 plus an environment where the stub finds its interpreter: the server python's ``bin/`` first on
 ``PATH``, and ``LD_LIBRARY_PATH`` reaching the wheel's bundled libraries and, for a non-system python

@@ -14,6 +14,11 @@
 ``--http-host`` / ``--metrics-host`` say otherwise, and every endpoint other machines can reach without
 TLS is printed as a WARNING. The banner prints what the process really listens on.
 
+A model the server cannot serve (no backend for its platform here, its engine — torch, tensorflow — missing
+in the server's python, no model file) is left out: ``start`` prints ``not served: NAME: REASON`` and
+``status`` lists it as ``NOT SERVED (reason)``; the rest are served. ``--strict`` (or
+``services.inference.fallback_server.strict`` of ``--config``) refuses to start instead, in one line.
+
 ``start`` records the running server in ``$SONIC_HEP_STATE`` (default ``~/.cache/sonic-hep/servers``)
 so ``stop`` and ``status`` find it; the record goes away when the server stops. The record names the
 ``sonic server start`` process by PID, start time and command line: ``stop`` signals it only when all

@@ -1,4 +1,4 @@
-"""The generic body of a python-based backend that runs one model file with an engine (torch, tensorflow).
+"""The generic body of a python-based backend that runs one model file with an engine (onnxruntime, torch, tensorflow).
 
 A python-based backend's ``model.py`` subclasses :class:`BatchedModel` and says how to open the model
 file (:meth:`BatchedModel.open` returns an object with ``run(output names, {input name: array}) ->
