@@ -6,7 +6,8 @@ uproot reads a URL through fsspec; this file is the one place that knows about r
   'sonic-hep[remote]'``), ``http(s)://`` needs ``aiohttp``; a missing one is a one-line error with that
   command (through :func:`~sonic_hep.framework.extras.require`), not fsspec's "Install ..." traceback.
 * **Retries.** Every byte-range read, size query and open of a remote file is retried when the error is
-  transient (a dropped connection, a timeout, an HTTP 5xx/429, an XRootD "server busy"/I/O error), up to
+  transient (a dropped connection, a timeout, an HTTP 5xx/429, an XRootD "server busy"/I/O error; not a
+  missing file, a refused permission or an untrusted certificate), up to
   :data:`TRIES` attempts with exponential back-off from :data:`BACKOFF_S` seconds; a file that does not
   exist or may not be read is not retried. When the tries are used up the job stops with one line naming
   the file, the last error and how long it tried (:class:`RemoteReadError`). The retrying readers are
@@ -17,7 +18,8 @@ uproot reads a URL through fsspec; this file is the one place that knows about r
   it is told to answer within seconds, and the retries here take over (with a message at the end).
 
 ``SONIC_HEP_REMOTE_TRIES`` and ``SONIC_HEP_REMOTE_BACKOFF_S`` change the two numbers for a job (a grid
-site with flaky storage may want more tries).
+site with flaky storage may want more tries). An https server signed by a private CA is trusted through
+``SSL_CERT_FILE`` (OpenSSL's variable, read by aiohttp).
 
 Example::
 
@@ -114,6 +116,8 @@ def transient(err: BaseException) -> bool:
     err = _cause(err)
     if isinstance(err, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
         return False
+    if any("SSL" in cls.__name__ or "Certificate" in cls.__name__ for cls in type(err).__mro__):
+        return False  # a certificate the client does not trust fails the same way every time
     if isinstance(err, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
         return True
     status = getattr(err, "status", None)

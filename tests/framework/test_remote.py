@@ -155,6 +155,35 @@ def http_server(served):
     server.server_close()
 
 
+@pytest.fixture(scope="session")
+def https_server(served, tmp_path_factory):
+    """The same server behind TLS, with a self-signed certificate for 127.0.0.1 made by openssl."""
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (.ci/system-deps installs it)")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+
+    def handler(*args, **kwargs):
+        return RangeHandler(*args, directory=str(served), **kwargs)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.lock, server.fail_next, server.failed = threading.Lock(), 0, 0
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.base, server.cert = f"https://127.0.0.1:{server.server_address[1]}", cert
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
 def _run(config: Path, files: list[str], output: Path) -> Process:
     listed = "[" + ", ".join(f"'{f}'" for f in files) + "]"
     cfg = cfgmod.load(config, [f"source.files={listed}", f"output.file={output}", "options.streams=2"])
@@ -187,6 +216,24 @@ def test_https_run_equals_the_local_run_and_transient_errors_are_retried(http_se
     assert remote.retried - before == 2
     comparison = compare_files(str(local), str(out), atol=0, rtol=0)
     assert comparison.equal(), comparison.summary()
+
+
+def test_https_run_equals_the_local_run_and_an_untrusted_certificate_is_not_retried(https_server, served, analysis,
+                                                                                     sonic_cli, tmp_path):
+    local = _run(analysis, [str(served / "b.root")], tmp_path / "local.root")
+    url = f"{https_server.base}/b.root"
+    out = tmp_path / "https.root"
+    sonic_cli("run", analysis, "-i", url, "-o", out, "-s", "2", "--no-progress", "-q",
+              env={"SSL_CERT_FILE": str(https_server.cert)}, check=True, timeout=120)
+    comparison = compare_files(str(local), str(out), atol=0, rtol=0)
+    assert comparison.equal(), comparison.summary()
+    result = sonic_cli("run", analysis, "-i", url, "-o", tmp_path / "untrusted.root", "--no-progress",
+                       env={"SONIC_HEP_REMOTE_TRIES": "3"}, timeout=120)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and url in lines[0] and "certificate" in lines[0].lower(), result.stderr
+    assert "gave up" not in lines[0]  # refused at once, not retried
+    assert not (tmp_path / "untrusted.root").exists()
 
 
 def test_a_server_that_keeps_failing_is_one_line_naming_the_file(http_server, analysis, tmp_path, monkeypatch):
@@ -230,6 +277,12 @@ def test_transient_error_table():
     assert remote.transient(OSError("Server responded with an error: [3024] overloaded"))
     assert remote.not_found(OSError("[ERROR] Server responded with an error: [3011] no such file"))
     assert not remote.transient(FileNotFoundError("x")) and not remote.transient(ValueError("x"))
+    import ssl
+
+    assert not remote.transient(ssl.SSLCertVerificationError(1, "certificate verify failed"))
+    wrapped = FileNotFoundError("https://x/a.root")  # fsspec's size query wraps every failure this way
+    wrapped.__cause__ = Status(503)
+    assert remote.transient(wrapped) and not remote.not_found(wrapped)
 
 
 def _task_outputs_equal_local(task_dir: Path, analysis: Path, served: Path, tmp_path: Path) -> None:
