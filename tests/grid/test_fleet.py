@@ -83,13 +83,13 @@ def test_bad_bounds_are_one_line():
 
 
 # -- end to end ------------------------------------------------------------------------------------------
-def paced_config(path: Path, events: int) -> Path:
-    """demo_inference with an external wait of 20 ms per event beside the tagger: each job lasts seconds, and
-    sends one inference request per event the whole time."""
+def paced_config(path: Path, events: int, pace_ms: float = 20.0) -> Path:
+    """demo_inference with an external wait of ``pace_ms`` per event beside the tagger: each job lasts seconds,
+    and sends one inference request per event the whole time."""
     config = {
         "process": "fleettest",
         "source": {"type": "empty", "events": events},
-        "modules": {"toyJets": {"type": "ToyJets"}, "pace": {"type": "SleepExternal", "ms": 20.0},
+        "modules": {"toyJets": {"type": "ToyJets"}, "pace": {"type": "SleepExternal", "ms": pace_ms},
                     "tagger": {"type": "ToyTagger"},
                     "pacehist": {"type": "Histogram1D", "src": "pace:value", "name": "pace", "high": 1.0e6}},
         "path": ["toyJets", "pace", "tagger", "pacehist"],
@@ -152,13 +152,15 @@ def stop_and_check_nothing_left(sonic_cli, fleet_dir: Path, env: dict | None = N
 @pytest.mark.slurm
 @pytest.mark.triton
 @pytest.mark.timeout(400)
-def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_and_down(tmp_path, slurm, sonic_cli):
+def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_and_down(tmp_path, slurm, sonic_cli,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     # the test node has 2 cores; 3 one-core servers and 4 one-core clients share them
     assert slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=FORCE:4").returncode == 0
-    fleet_dir, events = tmp_path / "fleet", 4 * 400
-    config = paced_config(tmp_path / "paced.yaml", events)
+    fleet_dir, events = tmp_path / "fleet", 4 * 300
+    config = paced_config(tmp_path / "paced.yaml", events, pace_ms=80.0)  # ~12 s per job: servers join meanwhile
     try:
-        start = sonic_cli(*fleet_args(fleet_dir, "slurm", 2, "--min-servers", "1", "--max-servers", "3",
+        start = sonic_cli(*fleet_args(fleet_dir, "slurm", 2, "--min-servers", "2", "--max-servers", "3",
                                       "--scale-threshold-ms", "0", "--scale-window-s", "2", "--scale-idle-s", "4",
                                       "-E", "time=00:10:00"), env=slurm.env, check=True)
         assert len(start.stdout.splitlines()) == 2  # both servers registered: "0000: 127.0.0.1:P serving demo_mlp"
@@ -167,7 +169,7 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
         assert "#SBATCH --cpus-per-task=1" in script and "#SBATCH --time=00:10:00" in script
         cancelled = fleet.members()[0]
 
-        sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", "slurm", "--events-per-job", "400",
+        sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", "slurm", "--events-per-job", "300",
                   "--fleet", fleet_dir, env=slurm.env, check=True)
         task = Task(tmp_path / "task")
         assert f"fleet: {fleet_dir}" in (task.directory / "config.yaml").read_text()
@@ -182,6 +184,9 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
         assert up["queue_ms"] > 0 and up["servers"] == 2 and up["added"] == [2]
         cancelled_at = time.time()
         assert slurm.run("scancel", cancelled.batch_id).returncode == 0  # mid-run
+        joined = wait_for(lambda: member_running(fleet, 2) and fleet.members()[2].entry.address, 90,
+                          "the added server to register")
+        joined_at = time.time()
         statuses = wait(task, interval=0.5, timeout=240)
         assert [s.state for s in statuses] == ["done"] * 4, [s.reason for s in statuses]
         assert_equal_to_direct(task, config, events, tmp_path)
@@ -190,9 +195,12 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
         outlived = [i for i in task.indices if task.report(i).ended > cancelled_at]
         assert outlived, "no client job was still running when the server job was cancelled"
         assert all(used[i] - {cancelled.entry.address} for i in outlived)  # they went on elsewhere
-        assert "registered 127.0.0.1:" in fleet.task.files(2).log.read_text()  # the third joined the fleet
+        late = [i for i in task.indices if task.report(i).ended > joined_at + 3]  # after a client refresh (2 s)
+        assert late, "no client job was still running when the added server joined"
+        assert any(joined in used[i] for i in late), (joined, used)  # clients took in the server that joined
 
-        # idle now: the autoscaler removes servers down to --min-servers 1
+        # idle now; at --min-servers 2 (server 0 was cancelled) it keeps both, with 1 it removes one
+        sonic_cli("fleet", "scale", fleet_dir, "--min-servers", "1", check=True)
         wait_for(lambda: any(d["action"] == "down" for d in fleet.decisions()), 60, "the autoscaler to remove one")
         down = next(d for d in fleet.decisions() if d["action"] == "down")
         assert "answered no request" in down["reason"]
@@ -204,7 +212,7 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
         slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=NO")
     queued = slurm.run("squeue", "--noheader", "--name=sonic-fleet", "--format=%i %T")
     assert queued.stdout.strip() == "", queued.stdout  # no server job left in Slurm
-    assert len(fleet.members()) == 3
+    assert all(d["servers"] + d["starting"] < 3 for d in fleet.decisions() if d["action"] == "up")  # never above max
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""``sonic fleet start|status|stop DIR``: Triton servers as batch jobs, found by client jobs in DIR.
+"""``sonic fleet start|status|scale|stop DIR``: Triton servers as batch jobs, found by client jobs in DIR.
 
 ``start`` submits N server jobs through an executor (local, slurm, condor, dask) with their resources;
 each server, once ready, registers its address, models and health in DIR (a heartbeat keeps the entry
@@ -14,6 +14,7 @@ Examples::
         --cpus 4 --mem 16G --time 08:00:00 -E partition=gpu --max-servers 8 --wait
     sonic fleet start fleet -r data/models/demo --servers 1 --host 127.0.0.1 --wait   # this machine only
     sonic fleet status fleet
+    sonic fleet scale fleet --min-servers 1 --max-servers 4      # the autoscaler's bounds, while it runs
     sonic fleet stop fleet
 """
 
@@ -84,6 +85,14 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def scale(args: argparse.Namespace) -> int:
+    settings = Fleet(args.directory).rescale(min_servers=args.min_servers, max_servers=args.max_servers,
+                                             threshold_ms=args.scale_threshold_ms, window_s=args.scale_window_s,
+                                             idle_s=args.scale_idle_s, interval_s=args.scale_interval_s)
+    print(", ".join(f"{k} {v}" for k, v in settings.items()))
+    return 0
+
+
 def stop(args: argparse.Namespace) -> int:
     fleet = Fleet(args.directory)
     members = fleet.stop(timeout=args.timeout)
@@ -139,6 +148,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wait", action="store_true", help="return once --servers servers are registered")
     p.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after S seconds")
     p.set_defaults(func=start)
+
+    p = actions.add_parser("scale", help="change the autoscaler's bounds and thresholds while the fleet runs")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--min-servers", type=int, metavar="N")
+    p.add_argument("--max-servers", type=int, metavar="N")
+    p.add_argument("--scale-threshold-ms", type=float, metavar="MS")
+    p.add_argument("--scale-window-s", type=float, metavar="S")
+    p.add_argument("--scale-idle-s", type=float, metavar="S")
+    p.add_argument("--scale-interval-s", type=float, metavar="S")
+    p.set_defaults(func=scale)
 
     p = actions.add_parser("status", help="server jobs, their addresses and models, autoscaler decisions")
     p.add_argument("directory", metavar="DIR")

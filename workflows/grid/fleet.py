@@ -184,7 +184,12 @@ class Fleet:
             raise GridError(f"{str(directory)!r} is not a fleet directory (no {FLEET_FILE}); "
                             f"start one with `sonic fleet start {directory} --repository DIR`")
         self.spec = FleetSpec(**data)
-        self.task = Task(self.directory)
+        Task(self.directory)  # the executors' view must be readable too
+
+    @property
+    def task(self) -> Task:
+        """The executors' view of the fleet, read afresh (the manager adds server jobs while others look)."""
+        return Task(self.directory)
 
     # -- creation --------------------------------------------------------------------------------------
     @classmethod
@@ -225,7 +230,6 @@ class Fleet:
             (folder / "command.sh").chmod(0o755)
         description.njobs = first + count
         write_json(self.directory / "task.json", asdict(description))
-        self.task = Task(self.directory)
         return indices
 
     # -- membership ------------------------------------------------------------------------------------
@@ -246,6 +250,17 @@ class Fleet:
     def stopping(self) -> bool:
         return (self.directory / STOP_FILE).exists()
 
+    def rescale(self, **changes: float) -> dict[str, Any]:
+        """Changes the autoscaler's settings (bounds, threshold, window, idle time) while the fleet runs: the
+        manager reads them before every decision. Returns the new settings."""
+        from .fleet_autoscale import Rule
+
+        settings = {**(self.spec.autoscale or {}), **{k: v for k, v in changes.items() if v is not None}}
+        Rule(**{k: v for k, v in settings.items() if k != "stop_with_tasks"})  # refused before anything changes
+        self.spec.autoscale = settings
+        write_json(self.directory / FLEET_FILE, asdict(self.spec))
+        return settings
+
     def add_task(self, task_directory: str | os.PathLike) -> None:
         """Records a task whose jobs use the fleet (the manager's ``stop_with_tasks`` watches them)."""
         path = self.directory / TASKS_FILE
@@ -255,7 +270,7 @@ class Fleet:
 
     def members(self) -> list[Member]:
         """Every server job with its state (report + batch system), its entry and whether it was asked to stop."""
-        self.task = task = Task(self.directory)  # the manager may have added server jobs since
+        task = self.task
         submissions = {i: task.submission(i) for i in task.indices}
         batch_ids = {i: s.batch_id for i, s in submissions.items() if s is not None and s.batch_id}
         polled: dict[int, BatchStatus] = {}

@@ -57,7 +57,8 @@ class Sample:
 
     Args:
         queue_ms: average queue time per request across every live server (None: no request answered).
-        requests: requests each live server answered in the interval, by server name.
+        requests: requests each live server answered in the interval, by server name (-1: unknown, e.g. its
+            statistics did not come in time; it counts as running and not idle).
         starting: server jobs submitted (or running) that have not registered yet.
     """
 
@@ -100,7 +101,7 @@ class Autoscaler:
             if name not in sample.requests:
                 del self.idle_since[name]  # gone from the fleet
         for name, count in sample.requests.items():
-            if count > 0:
+            if count != 0:
                 self.idle_since.pop(name, None)
             else:
                 self.idle_since.setdefault(name, now)

@@ -55,6 +55,7 @@ class Sampler:
                 stats = connection.statistics()
             except RequestError as err:
                 log.info("server %s (%s) did not give statistics: %s", name, entry.address, err)
+                requests[name] = -1  # live, load unknown: not idle
                 continue
             now = (sum(s["requests"] for s in stats.values()), sum(s["queue_ns"] for s in stats.values()))
             before = self.last.get(name, now)
@@ -99,17 +100,26 @@ def tasks_over(fleet: Fleet) -> bool:
     return True
 
 
+def settings(fleet: Fleet) -> tuple[Rule, bool]:
+    """The autoscaling rule in ``fleet.json`` and whether the fleet stops with its tasks."""
+    values = dict(fleet.spec.autoscale or {})
+    stop_with_tasks = bool(values.pop("stop_with_tasks", False))
+    return Rule(**values), stop_with_tasks
+
+
 def manage(fleet: Fleet, stop: threading.Event, clock=time.monotonic) -> None:  # noqa: ANN001 - a clock
     """The loop (see the module docstring) until ``stop`` is set or the fleet is stopping."""
-    settings = dict(fleet.spec.autoscale or {})
-    stop_with_tasks = bool(settings.pop("stop_with_tasks", False))
-    rule = Rule(**settings)
-    autoscaler = Autoscaler(rule)
+    autoscaler = Autoscaler(settings(fleet)[0])
     sampler = Sampler({k: v for k, v in (("private_key", fleet.spec.tls_client_key),
                                          ("certificate_chain", fleet.spec.tls_client_cert)) if v})
-    log.info("fleet %s: manager running (%s)", fleet.directory, rule)
+    log.info("fleet %s: manager running (%s)", fleet.directory, autoscaler.rule)
     try:
         while not stop.is_set() and not fleet.stopping:
+            fleet = Fleet(fleet.directory)  # `sonic fleet scale` may have changed the settings
+            rule, stop_with_tasks = settings(fleet)
+            if rule != autoscaler.rule:
+                log.info("fleet %s: new autoscaling settings %s", fleet.directory, rule)
+                autoscaler.rule = rule
             decision = autoscaler.decide(clock(), sampler.sample(fleet))
             if decision.action == "up":
                 try:
