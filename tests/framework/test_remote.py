@@ -248,6 +248,19 @@ def test_a_server_that_keeps_failing_is_one_line_naming_the_file(http_server, an
     message = str(info.value)
     assert url in message and f"gave up after {remote.TRIES} tries" in message and "\n" not in message
     assert not (tmp_path / "never.root").exists()
+    # the same while reading baskets, after the file was opened: the message names the file and entries
+    listed = f"['{url}']"
+    process = Process(cfgmod.load(analysis, [f"source.files={listed}", f"output.file={tmp_path / 'late.root'}"]))
+    http_server.fail_next = remote.TRIES
+    try:
+        with pytest.raises(SourceError) as info:
+            process.run(progress=False)
+    finally:
+        http_server.fail_next = 0
+    message = str(info.value)
+    assert url in message and f"gave up after {remote.TRIES} tries" in message and "\n" not in message
+    assert "corrupt" not in message  # the network failed, not the file
+    assert not (tmp_path / "late.root").exists()
 
 
 def test_missing_remote_file_and_dead_server_are_named(xrootd, served, sonic_cli, tmp_path, analysis):
