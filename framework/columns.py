@@ -212,7 +212,7 @@ class Plain(Column):
 
     def build(self, values: Mapping[str, Any], length: int) -> Any:
         array = values[self.leaf.read]
-        if self.first:  # a one-object collection (Delphes MissingET) as a per-event value
+        if self.first and array.ndim > 1:  # a one-object collection (Delphes MissingET) as a per-event value
             firsts = ak.firsts(array, axis=1)
             return ak.fill_none(firsts, np.nan if self.default is None else self.default)
         return array

@@ -3,7 +3,8 @@
 A configuration has five sections (only ``modules`` is required)::
 
     process: demo                      # a name for reports
-    source:  {type: root, files: [in.root], tree: Events, first_entry: 0, max_events: -1, chunk_size: 1000}
+    source:  {type: root, files: [in.root], tree: Events, first_entry: 0, max_events: -1, chunk_size: 1000,
+              columns: {Jet: {from: Jet, fields: {pt: PT}}}}   # optional: consumed keys → the file's names
     modules:                           # label -> type + parameters, in path order
       ht: {type: JetPtSum, jets: Jet}
     path: [ht]                         # optional: order that filters act on (default: module order)
