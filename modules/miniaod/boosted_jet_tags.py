@@ -66,6 +66,8 @@ class BoostedJetTags(InferenceProducer):
                                "BTagProbabilityToDiscriminator (empty denominator: the sum)")
     jet_radius = Param(float, 0.8, doc="SVs within this ΔR of the jet axis belong to it (CMS jet_radius)", above=0)
     min_jet_pt = Param(float, 0.0, doc="jets below get no features, only padding (CMS min_jet_pt), GeV", min=0)
+    min_jet_eta = Param(float, 0.0, doc="jets within |eta| below get no features (CMS min_jet_eta: the from-MiniAOD "
+                                        "Forward versions)", min=0)
     max_jet_eta = Param(float, 99.0, doc="jets beyond |eta| get no features (CMS max_jet_eta)", above=0)
     min_puppi_weight = Param(float, -1.0, doc="constituents with a lower PUPPI weight are dropped (CMS min_puppi_wgt)")
     use_puppi_p4 = Param(bool, False, doc="order constituents by PUPPI-weighted pT and weight the *_log/*rel "
@@ -78,7 +80,8 @@ class BoostedJetTags(InferenceProducer):
 
     def settings(self) -> TagInfoSettings:
         """The tag-info producer's selection from this module's parameters."""
-        return TagInfoSettings(jet_radius=self.jet_radius, min_jet_pt=self.min_jet_pt, max_jet_eta=self.max_jet_eta,
+        return TagInfoSettings(jet_radius=self.jet_radius, min_jet_pt=self.min_jet_pt, min_jet_eta=self.min_jet_eta,
+                               max_jet_eta=self.max_jet_eta,
                                min_puppi_weight=self.min_puppi_weight, use_puppi_p4=self.use_puppi_p4,
                                min_pt_for_pfcandidates=self.min_pt_for_pfcandidates,
                                lost_track_max_dr=self.lost_track_max_dr, lost_track_min_pt=self.lost_track_min_pt)

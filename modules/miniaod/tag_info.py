@@ -12,7 +12,8 @@ definitions:
   from-MiniAOD models): constituents above ``min_pt_for_pfcandidates`` by raw pT; lost tracks within
   ``lost_track_max_dr`` of the jet above ``lost_track_min_pt``, by pT.
 
-Jets below ``min_jet_pt`` or beyond ``max_jet_eta`` get no entries (their inputs are padding), as in CMS.
+Jets below ``min_jet_pt`` or outside ``min_jet_eta`` ≤ |η| ≤ ``max_jet_eta`` get no entries (their inputs are
+padding), as in CMS.
 
 What a generated MiniAOD-like sample cannot give is documented and constant, as CMS fills it when the
 object is absent: tracks are straight lines from their reference point (``vx, vy, vz`` relative to the PV),
@@ -51,7 +52,8 @@ class TagInfoSettings:
 
     Args:
         jet_radius: SVs within ΔR < radius of the jet axis belong to it [jet_radius].
-        min_jet_pt, max_jet_eta: jets outside get no entries [min_jet_pt, max_jet_eta].
+        min_jet_pt, min_jet_eta, max_jet_eta: jets outside get no entries [min_jet_pt, min_jet_eta, max_jet_eta]
+            (the from-MiniAOD Forward versions tag |η| ≥ 2.5 only).
         min_puppi_weight: constituents with a lower PUPPI weight are dropped [min_puppi_wgt].
         use_puppi_p4: PUPPI-weighted momenta for the ordering and the weighted features [use_puppiP4].
         min_pt_for_pfcandidates: constituents below are dropped [min_pt_for_pfcandidates].
@@ -60,6 +62,7 @@ class TagInfoSettings:
 
     jet_radius: float = 0.8
     min_jet_pt: float = 0.0
+    min_jet_eta: float = 0.0
     max_jet_eta: float = float("inf")
     min_puppi_weight: float = -1.0
     use_puppi_p4: bool = False
@@ -196,7 +199,8 @@ class TagInfo:
     @cached_property
     def _jet_ok(self) -> np.ndarray:
         s = self.settings
-        return (self.jets["pt"] >= s.min_jet_pt) & (np.abs(self.jets["eta"]) <= s.max_jet_eta)
+        abs_eta = np.abs(self.jets["eta"])
+        return (self.jets["pt"] >= s.min_jet_pt) & (abs_eta >= s.min_jet_eta) & (abs_eta <= s.max_jet_eta)
 
     @cached_property
     def _puppi(self) -> np.ndarray | None:

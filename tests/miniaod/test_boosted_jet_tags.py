@@ -183,10 +183,13 @@ def test_from_miniaod_candidate_and_lost_track_features_follow_cms():
     assert by_rank(info, "jet_losttrack_nstriphits") == [10.0] and by_rank(info, "lt_mask") == [1.0]
 
 
-def test_jets_outside_the_selection_have_no_entries():
-    info = make_info(TagInfoSettings(jet_radius=0.4, min_jet_pt=150.0))
+@pytest.mark.parametrize("settings", [dict(min_jet_pt=150.0), dict(min_jet_eta=2.5), dict(max_jet_eta=0.4)])
+def test_jets_outside_the_selection_have_no_entries(settings):
+    info = make_info(TagInfoSettings(jet_radius=0.4, **settings))
     for name in ("pfcand_etarel", "sv_etarel", "jet_losttrack_eta"):
         assert info.entries(name).counts.tolist() == [0], name
+    inside = make_info(TagInfoSettings(jet_radius=0.4, min_jet_pt=50.0, min_jet_eta=0.4, max_jet_eta=2.5))
+    assert inside.entries("pfcand_etarel").counts.tolist() == [4]
 
 
 def write_preprocess(path: Path) -> Path:
