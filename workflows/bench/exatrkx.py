@@ -19,7 +19,9 @@ stages on the python-based onnxruntime backend (``sonic-python``, ``ensemble-pyt
 native one (``sonic-native``, ``ensemble-native``); one local server per backend, started in turn.
 With ``--server`` the runs are ``direct,sonic,ensemble`` on that server.
 
-A stage's client-side time is acquire + wait for the result + produce. Track labels of the three
+A stage's client-side time is acquire + wait for the result + produce. Each run also gives CPU per
+event of the job and of the bench's local server (/proc of the server and its python stubs): on a
+shared machine wall times move with the load; CPU says what each way costs. Track labels of the three
 runs are compared hit by hit, and each run's tracking efficiency / fake rate / duplicate rate is
 shown. Results go to ``--out``: ``exatrkx.md`` and ``exatrkx.json``.
 """
@@ -41,6 +43,7 @@ from ...framework import config as cfgmod
 from ...framework.inference.server_statistics import compute_ns
 from ...modules.exatrkx.matching import MatchCounts
 from ...modules.exatrkx.performance import summed_counts
+from ._load import process_tree_cpu
 from ._machine import CoreSplit, machine_description
 from ._samples import generated_input
 
@@ -117,7 +120,9 @@ def is_ensemble(name: str) -> bool:
     return RUNS[name][1] == "ensemble:labels"
 
 
-def run_one(name: str, path: str, out: Path, server: str | None, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(name: str, path: str, out: Path, server: str | None, args: argparse.Namespace,
+            server_pid: int | None = None) -> dict[str, Any]:
+    """One run; ``server_pid``: the local server's process, whose CPU (with its stubs) is counted per event."""
     mode, labels, _ = RUNS[name]
     output = out / f"exatrkx_{name}.root"
     overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"tracks.labels={labels}",
@@ -125,12 +130,17 @@ def run_one(name: str, path: str, out: Path, server: str | None, args: argparse.
                  f"output.file='{output}'", *args.param]
     if mode == "sonic" and server:
         overrides.append(f"services.inference.servers=['{server}']")
+    server_cpu = process_tree_cpu(server_pid) if server_pid else None
     result = Process(cfgmod.load("exatrkx", overrides)).run(progress=False)
+    if server_pid:
+        server_cpu = process_tree_cpu(server_pid) - server_cpu
     report = result.timing.report()
     events = report["events"]
     hit_labels, counts = read_output(str(output))
     return {"run": name, "events": events, "event_ms": 1000.0 * report["wall_s"] / max(events, 1),
             "events_per_s": report["events_per_s"], "modules": stage_times(report),
+            "job_cpu_ms": 1000.0 * report["cpu_s"] / max(events, 1),
+            "server_cpu_ms": None if server_cpu is None else 1000.0 * server_cpu / max(events, 1),
             "server_ms": server_times(report, events), "counts": counts.as_dict(),
             "efficiency": counts.efficiency, "fake_rate": counts.fake_rate, "duplicate_rate": counts.duplicate_rate,
             "output": str(output), "_labels": hit_labels}
@@ -161,6 +171,10 @@ def markdown(results: dict[str, Any]) -> str:
             totals.append(f"{sum(r['modules'].get(label, 0.0) for _, label, _ in STAGES if label):.2f}")
     lines.append("| **pipeline** | " + " | ".join(f"**{t}**" for t in totals) + " |")
     lines.append("| whole event | " + " | ".join(f"{r['event_ms']:.2f}" for r in runs) + " |")
+    lines.append("| CPU: job (+ local server) | " + " | ".join(
+        f"{r['job_cpu_ms']:.1f}" + ("" if r.get("server_cpu_ms") is None else
+                                    f" + {r['server_cpu_ms']:.1f} = {r['job_cpu_ms'] + r['server_cpu_ms']:.1f}")
+        for r in runs) + " |")
     lines.append("")
     if any(is_ensemble(r["run"]) for r in runs):
         lines.append("Ensemble column: features and the round trip are measured by the client, the stages are the "
@@ -229,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
                     continue
                 server = local[backend].grpc_url
             cores.pin_clients()
-            runs.append(run_one(name, path, out, server, args))
+            local_server = local.get(backend) if mode == "sonic" and args.server is None else None
+            runs.append(run_one(name, path, out, server, args, getattr(local_server, "pid", None)))
     finally:
         stop_local(local)
     with uproot.open(path) as file:
