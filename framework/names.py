@@ -138,6 +138,8 @@ class Catalog:
             self.groups.setdefault(full, fields)
             if short_count.get(group_name) == 1:
                 self.groups.setdefault(group_name, fields)
+                for field, leaf in fields.items():  # TTree::Draw's "Info.runNum" for bacon's Info/runNum
+                    self.leaves.setdefault(f"{group_name.rstrip('.')}.{field}", leaf)
                 if group_name.endswith("."):  # a top-level object branch named "Beam." is "Beam" to a user
                     self.groups.setdefault(group_name[:-1], fields)
 

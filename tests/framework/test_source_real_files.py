@@ -79,11 +79,12 @@ def test_split_object_ttree_delphes_by_short_name_full_path_and_whole_object():
 def test_split_object_ttree_bacon():
     path = data("uproot-mc10events.root")
     got = through_source(path, "Events", [Request("Info", ("runNum", "evtNum")), Request("Muon", ("pt", "eta")),
-                                          Request("Info/rhoJet"), Request("pfMET")], chunk=4)
+                                          Request("Info/rhoJet"), Request("pfMET"), Request("Info.nPU")], chunk=4)
     same(got["Info"].evtNum, plain(path, "Events", "Info/evtNum"))
     same(got["Muon"].eta, plain(path, "Events", "Muon/Muon.eta"))
     same(got["Info/rhoJet"], plain(path, "Events", "Info/rhoJet"))
     same(got["pfMET"], plain(path, "Events", "Info/pfMET"))
+    same(got["Info.nPU"], plain(path, "Events", "Info/nPU"))  # as TTree::Draw spells it
 
 
 def test_stl_containers_and_objects():
