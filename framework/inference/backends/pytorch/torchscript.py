@@ -14,7 +14,8 @@ positional tensors and returns a tensor or a tuple:
   config's order.
 
 The file is loaded onto the instance's device (``map_location``): CMS's files were saved from CUDA and
-do not load on a CPU-only torch without it.
+do not load on a CPU-only torch without it. On CUDA, TF32 is turned off so scores are fp32 scores, as on
+the CPU and in the ONNX twin.
 
 Like ``ort_session.py`` this file imports nothing from sonic-hep: it also runs inside the Triton python
 stub, whose interpreter may not have sonic-hep installed.
@@ -109,6 +110,11 @@ def open_torchscript(path: str, config: Mapping[str, Any], device: str = "cpu", 
     """
     if threads:
         torch.set_num_threads(int(threads))
+    if str(device).startswith("cuda"):
+        # full fp32 on the GPU: cuDNN's default TF32 convolutions moved ParticleNet AK4's scores by 5e-3 from the
+        # CPU / ONNX twin's on an H100; with TF32 off they agree within 1e-4 (process-wide torch settings)
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     with warnings.catch_warnings():  # torch 2.9+ calls TorchScript deprecated; it is what CMS and Triton ship
         warnings.filterwarnings("ignore", "`torch.jit.load` is deprecated", DeprecationWarning)
         module = torch.jit.load(path, map_location=device)
