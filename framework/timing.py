@@ -199,8 +199,8 @@ class Timing:
         rep = self.report()
         failed = rep["events"] - rep["events_passed"]
         lines = [f"{rep['events']} events in {rep['wall_s']:.2f} s: {rep['events_per_s']:.1f} events/s "
-                 f"({rep['ms_per_event']:.2f} ms/event), CPU {rep['cpu_s']:.2f} s, peak RSS {rep['peak_rss_mb']:.0f} MB, "
-                 f"{rep['streams']} stream(s) x {rep['worker_threads']} thread(s)",
+                 f"({rep['ms_per_event']:.2f} ms/event), CPU {rep['cpu_s']:.2f} s, "
+                 f"peak RSS {rep['peak_rss_mb']:.0f} MB, {rep['streams']} stream(s) x {rep['worker_threads']} thread(s)",
                  f"events: {rep['events']} read, {rep['events_passed']} passed every filter, {failed} rejected by one",
                  f"{'module':<20} {'type':<22} {'kind':<9} {'visited':>8} {'passed':>8} {'failed':>7} "
                  f"{'wall ms/evt':>11} {'cpu ms/evt':>10} {'latency ms':>10}"]

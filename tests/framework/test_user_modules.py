@@ -12,7 +12,7 @@ import pytest
 import uproot
 import yaml
 
-from sonic_hep.framework import load, run
+from sonic_hep.framework import ConfigError, Process, load, run
 from sonic_hep.framework.errors import ParamError
 from sonic_hep.framework.registry import lookup
 
@@ -143,21 +143,33 @@ def test_grid_configs_carry_the_file_as_an_absolute_path(tutorial):
     ([], "my_analysis.LeadingJetPtt", r"modules\.lead\.type: 'my_analysis' \(.*my_analysis\.py\) has no class "
                                       r"'LeadingJetPtt' \(did you mean 'LeadingJetPt'"),
     ([], "nothere.LeadingJetPt", r"modules\.lead\.type: module 'nothere' not found"),
-    ([], "LeadingJetPt", r"unknown module type 'LeadingJetPt'.*list the file under imports"),
+    ([], "MyOwnThing", r"unknown module type 'MyOwnThing'.*list the file under imports, "
+                       r"or write type: file\.MyOwnThing"),
     (["broken"], "LeadingJetPt", r"imports: importing 'broken' failed: SyntaxError: .*broken\.py, line 2\)"),
 ])
-def test_missing_module_file_or_class_is_one_line(tutorial, nano_files, sonic_cli, tmp_path, imports, module_type,
-                                                  expected):
+def test_missing_module_file_or_class_is_one_line(tutorial, nano_files, imports, module_type, expected):
     (tutorial / "broken.py").write_text("x = 1\ndef oops(:\n")
+    config = _broken_config(tutorial, imports, module_type)
+    with pytest.raises(ConfigError) as info:
+        Process(load(config, [f"source.files=['{nano_files[0]}']"]))
+    message = str(info.value)
+    assert "\n" not in message and re.search(expected, message), message
+
+
+def test_a_bad_import_through_the_cli_is_one_line_and_exit_1(tutorial, nano_files, sonic_cli, tmp_path):
+    config = _broken_config(tutorial, ["nothere"], "LeadingJetPt")
+    result = sonic_cli("run", config, "-i", nano_files[0], "--no-progress", cwd=tmp_path, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"sonic: error: {config}:2: imports: module 'nothere' not found: no nothere.py or package nothere/ in "
+        f"{tutorial.resolve()}, and not importable from PYTHONPATH"]
+
+
+def _broken_config(tutorial, imports, module_type):
     config = yaml.safe_load(TUTORIAL_CONFIG)
     config["imports"] = imports
     config["modules"]["lead"]["type"] = module_type
-    (tutorial / "mine.yaml").write_text("process: mine\n" + yaml.safe_dump({k: v for k, v in config.items()
-                                                                            if k != "process"}, sort_keys=False))
-    result = sonic_cli("run", tutorial / "mine.yaml", "-i", nano_files[0], "--no-progress", cwd=tmp_path,
-                       timeout=120)
-    assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sonic: error:"), result.stderr
-    assert re.search(expected, lines[0]), lines[0]
-    assert "Traceback" not in result.stderr
+    path = tutorial / "mine.yaml"
+    path.write_text("process: mine\n" + yaml.safe_dump({k: v for k, v in config.items() if k != "process"},
+                                                       sort_keys=False))
+    return path
