@@ -69,7 +69,7 @@ class DirectClient(InferenceClient):
         self.repository = repository
         self.options = (intra_op_threads, inter_op_threads)
         self.device = device
-        self.providers = providers(device)
+        self._providers: list[str] | None = None
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="onnxruntime")
         self._sessions: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -77,6 +77,14 @@ class DirectClient(InferenceClient):
 
     def model_info(self, model: str) -> ModelInfo:
         return self.repository.get(model)
+
+    @property
+    def providers(self) -> list[str]:
+        """onnxruntime's execution providers for ``device``, decided at the first ONNX model (so a job of
+        TorchScript models on a GPU does not need onnxruntime-gpu)."""
+        if self._providers is None:
+            self._providers = providers(self.device)
+        return self._providers
 
     def check_runnable(self, model: str) -> None:
         """ONNX and TorchScript models run in-process; an ensemble, a python-backend or a TensorFlow model
@@ -148,7 +156,7 @@ class DirectClient(InferenceClient):
         return self._pool.submit(self.run, model, inputs, outputs)
 
     def statistics(self) -> dict[str, Any]:
-        return {"mode": self.mode, "providers": self.providers, "models": self.counters.as_dict()}
+        return {"mode": self.mode, "providers": self._providers or [], "models": self.counters.as_dict()}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
