@@ -13,8 +13,9 @@ at a barrier until all N have started, so they run together. Measured at each po
 * CPU utilisation of the machine and of the servers, GPU utilisation (``nvidia-smi``) where present;
 * bytes per second on the wire and in shared memory (the SONIC client's byte counters).
 
-From the N=1 point (one server) it predicts the knee as ``sonic plan`` does (``t_other`` from the job's
-timing report, the server's compute per event, the job's wait alone) and simulates every point
+From the measurement it predicts the knee as ``sonic plan`` does (``t_other`` from the N=1 job's timing
+report and its wait alone; the server's compute per event from Triton's statistics at the largest N with
+one server, where it runs as it does in production) and simulates every point
 (``workflows/grid/simulate.py``); both are drawn with the measurement in ``scale.png`` ("processing time
 vs number of processes", the knee marked). Results: ``scale.md``, ``scale.json``, ``scale.png``.
 
@@ -64,7 +65,12 @@ class OtherWork(Producer):
     trace = Param(str, "", doc="file for the call times (JSON), written at the end of the job")
     go = Param(str, "", doc="file whose existence starts the events (the benchmark's barrier)")
     warmup = Param(int, WARMUP, doc="events after which '<trace>.warm' tells the benchmark this job is warm")
+    after = Param(list, [], doc="products to wait for (the workflow's results): the work runs after its inference, "
+                                "as in a single-threaded job, not while the event waits on the server")
     value = Output("int: the event index")
+
+    def consumes(self) -> list[str]:
+        return [*super().consumes(), *self.after]
 
     def begin_job(self) -> None:
         self._stamps: list[float] = []
@@ -106,6 +112,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-threads", type=int, default=1, help="onnxruntime threads per model instance")
     parser.add_argument("--shared-memory", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--point-timeout", type=float, default=300.0, help="seconds one point may take")
+    parser.add_argument("--server-instances", type=int, default=0,
+                        help="executions a server runs side by side (default: the model's instance count if one model)")
     parser.add_argument("--sim-service-cv", type=float, default=0.0, help="simulation: server time spread (CV)")
 
 
@@ -126,13 +134,27 @@ def job_main(spec_path: str) -> int:
     if spec["workflow"] == "protodune":
         overrides.append("source.chunk_size=1")  # full events are ~130 MB of patches each: one at a time
     cfg = cfgmod.load(WORKFLOWS[spec["workflow"]][0], overrides)
+    results = [product.split(" as ")[0].strip() for product in cfg.output.products]
     cfg.modules["other"] = cfgmod.ModuleConfig("other", f"{__name__}:OtherWork", {
         "ms": spec["other_ms"], "kind": spec["other_kind"], "trace": spec["trace"], "go": spec["go"],
-        "warmup": spec["warmup"]})
+        "warmup": spec["warmup"], "after": [key for key in results if ":" in key]})
     cfg.path = [*cfg.path, "other"]
     cfg.output.products = [*cfg.output.products, "other:value"]  # kept (not pruned) though nothing is written
     Process(cfg).run(timing_json=spec["timing"], progress=False)
     return 0
+
+
+def model_instances(repository: str) -> int:
+    """Executions a server runs side by side: the instance count of a one-model repository (the GPU's two
+    ProtoDUNE instances); 1 for several models (on a CPU server they share the same cores)."""
+    from ...framework.inference.repository import ModelRepository
+
+    repo = ModelRepository([repository])
+    names = list(repo.names())
+    if len(names) != 1:
+        return 1
+    groups = repo.get(names[0]).config_dict.get("instance_group") or [{}]
+    return max(1, sum(int(group.get("count", 1)) for group in groups))
 
 
 # -- measuring ------------------------------------------------------------------------------------------
@@ -283,10 +305,13 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
     received = sum(m.get("bytes_received", 0) for m in models)
     shm = sum(m.get("shm_bytes", 0) for m in models)
     rate = steady_rate(completions)
+    inside = sum(1 for c in completions for t in c if first <= t <= last)
+    if inside < 2 * jobs:  # the jobs' steady stretches hardly overlap (staggered ends): the closed-loop law
+        rate = jobs / float(np.mean(durations))
     busy = sum(cpu_after) - sum(cpu)
     idle = (cpu_after.idle + getattr(cpu_after, "iowait", 0)) - (cpu.idle + getattr(cpu, "iowait", 0))
     planned = measure(timings)
-    return {"servers": len(servers), "jobs": jobs, "events": events, "seconds": elapsed,
+    return {"servers": len(servers), "jobs": jobs, "events": events, "seconds": elapsed, "repository": repository,
             "time_per_event_median": statistics.median(durations), "time_per_event_p90": float(np.percentile(durations, 90)),
             "events_per_s": rate, "queue_ms_per_request": 1000 * sum(d["queue_s"] for d in deltas) / requests,
             "compute_ms_per_request": 1000 * compute_per_request,
@@ -303,17 +328,23 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
 
 # -- predictions ----------------------------------------------------------------------------------------
 def predictions(points: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """The planner's knee and the simulation of every point, from the one-job, one-server point."""
+    """The planner's knee and the simulation of every point: a job's figures from the one-job, one-server
+    point, the server's from the busiest one-server point."""
     base = next((p for p in points if p["jobs"] == 1 and p["servers"] == 1), None)
     if base is None:
         return {"note": "no N=1 point with one server: nothing to predict from"}
-    t_server = base["server_compute_s_per_event"]
+    # the server's cost per event where it is busiest (a GPU idle between one job's events runs slower
+    # clocks and colder caches: ProtoDUNE's compute per request halves from N=1 to N=25 on an H100)
+    busiest = max((p for p in points if p["servers"] == 1), key=lambda p: p["jobs"])
+    instances = args.server_instances or model_instances(base["repository"])
+    t_server = busiest["server_compute_s_per_event"] / instances  # executions run side by side on the device
     # a job's wait alone: its time per event less the planner's t_other (the sum of the external modules'
-    # waits overcounts when a job's producers wait together); never less than the server's own time
-    latency = max(base["time_per_event_median"] - base["other_s_per_event"], t_server)
+    # waits overcounts when a job's producers wait together); never less than one execution
+    latency = max(base["time_per_event_median"] - base["other_s_per_event"], t_server * instances)
     result = plan(base["other_s_per_event"], t_server, base["bytes_per_event"] or None, latency_s_per_event=latency)
-    settings = from_measurement(base["other_s_per_event"], t_server, base["requests_per_event"],
-                                base["bytes_per_event"], base["sent_fraction"] or 1.0, overhead_s=latency - t_server,
+    settings = from_measurement(base["other_s_per_event"], t_server * instances, base["requests_per_event"],
+                                base["bytes_per_event"], base["sent_fraction"] or 1.0, instances=instances,
+                                overhead_s=max(0.0, latency - t_server * instances),
                                 service_cv=args.sim_service_cv, events=args.events, warmup=args.warmup)
     for point in points:
         sim = simulate(Scenario(jobs=point["jobs"], servers=point["servers"], **settings))
@@ -323,7 +354,9 @@ def predictions(points: list[dict[str, Any]], args: argparse.Namespace) -> dict[
         point["predicted_time_per_event"] = float(predicted_time_per_event(
             point["jobs"], base["other_s_per_event"], result.latency_s_per_event, t_server, point["servers"]))
         point["simulation_error"] = sim.time_per_event_median / point["time_per_event_median"] - 1
-    return {"from": "N=1, one server", "t_other_s": base["other_s_per_event"], "t_server_s": t_server,
+    return {"from": f"t_other, t_ml: N=1, one server; t_server: N={busiest['jobs']}, one server",
+            "t_other_s": base["other_s_per_event"], "t_server_s": t_server,
+            "instances": instances,
             "t_ml_s": result.latency_s_per_event, "knee_jobs_per_server": result.knee_jobs_per_server,
             "jobs_per_server": result.jobs_per_server, "simulation_settings": settings}
 
@@ -366,8 +399,9 @@ def markdown(report: dict[str, Any]) -> str:
                      f"(flat {knee['flat_s']:.4f} s/event × {knee['max_events_per_s']:.2f} events/s at most"
                      f"{'' if knee['saturated'] else '; NOT saturated in this range: a lower bound'})")
     if "knee_jobs_per_server" in pred:
-        lines.append(f"- predicted by `sonic plan` from N=1: (t_other {pred['t_other_s']:.4f} + t_ml {pred['t_ml_s']:.4f}) "
-                     f"/ t_server {pred['t_server_s']:.4f} = {pred['knee_jobs_per_server']:.1f} jobs per server")
+        lines.append(f"- predicted by `sonic plan` ({pred['from']}): (t_other {pred['t_other_s']:.4f} + t_ml {pred['t_ml_s']:.4f}) "
+                     f"/ t_server {pred['t_server_s']:.4f} = {pred['knee_jobs_per_server']:.1f} jobs per server "
+                     f"(t_server: compute per event / {pred['instances']} instance(s))")
     balance = [p for p in report["points"] if p["servers"] > 1]
     if balance:
         worst = max(max(abs(s * p["servers"] - 1) for s in p["server_share"]) for p in balance)
