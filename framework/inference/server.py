@@ -395,7 +395,10 @@ class TritonServer:
         its bind): until all are bound, "ready" may be a server on its way out. Where sockets cannot be read
         (no /proc), readiness alone decides."""
         bound = self.bound()
-        return all(bound.values()) or not any(bound.values())
+        # alive again at the end: a server that exited meanwhile (its sockets gone, or /proc unreadable for it)
+        # reads as "nothing bound", which must not pass as "sockets cannot be read here" (a native-backend
+        # server is ready fast enough to exit right after its first health answer)
+        return (all(bound.values()) or not any(bound.values())) and self.alive()
 
     def ready(self) -> bool:
         """True when the server answers and every model is loaded (HTTP ``/v2/health/ready``)."""
