@@ -88,7 +88,9 @@ def is_remote(path: str) -> bool:
 
 
 def _one_line(err: BaseException) -> str:
+    """The error's text on one line, without the object reprs fsspec-xrootd puts in (``<bound method ...>``)."""
     text = " ".join(str(err).split()) or type(err).__name__
+    text = re.sub(r"<bound method (\S+) of <[^<>]*>>", r"\1", text)
     return text if len(text) <= 300 else text[:297] + "..."
 
 
