@@ -43,7 +43,7 @@ from ...framework.errors import SonicError
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
 from ..compare import compare_files
-from ._machine import machine_description
+from ._machine import CoreSplit, machine_description
 from ._samples import generated_input
 from ._load import process_tree_cpu
 from ._sent import count_sent
@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per mode, interleaved; each mode's run of median event time is reported")
     parser.add_argument("--server", action="append", help="Triton server for sonic (default: a local one)")
+    parser.add_argument("--server-cpus", metavar="LIST",
+                        help="pin the bench's local servers to these cores (e.g. 0-3) and the jobs to the rest "
+                             "(default: no pinning)")
     parser.add_argument("--streams", type=int, default=1, help="events in flight")
     parser.add_argument("--threads", type=int, default=1, help="worker threads")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -127,7 +130,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{m} ms/evt | {m} % of event" for m in modes) + " |"
     lines = ["# sonic bench miniaod\n", f"Machine: {results['machine']}  ",
              f"Input: {results['input']} ({results['runs'][0]['events']} events), config {results['config']}, "
-             f"{results['streams']} stream(s), {results['threads']} thread(s)\n", head,
+             f"{results['streams']} stream(s), {results['threads']} thread(s)  ",
+             f"CPU pinning: {results.get('pinning', 'none')}\n", head,
              "|" + "---|" * (4 + 2 * len(modes))]
     for i, module in enumerate(results["runs"][0]["modules"]):
         cells = []
@@ -167,12 +171,12 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def local_server(args: argparse.Namespace, backend: str) -> TritonServer:
+def local_server(args: argparse.Namespace, backend: str, cpus: list[int] | None = None) -> TritonServer:
     """A server of the configuration's model repositories whose ONNX models run on ``backend``."""
     config = cfgmod.load(args.config, list(args.param))
     folders = config.services.get("inference", {}).get("repository") or []
     folders = [folders] if isinstance(folders, str) else folders
-    return TritonServer([resolve_repository(str(f)) for f in folders], backend=backend).start()
+    return TritonServer([resolve_repository(str(f)) for f in folders], backend=backend, cpus=cpus).start()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,17 +193,20 @@ def run(args: argparse.Namespace) -> int:
     repeats: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     unavailable: dict[str, str] = {}
     servers: dict[str, TritonServer] = {}
+    machine = machine_description()  # before the pinning narrows what this process sees
+    cores = CoreSplit(args.server_cpus)
     try:
         for mode in modes:  # one local server per backend, up for the whole bench (its start is no event's time)
             backend = MODES[mode][1]
             if backend is not None and backend not in servers:
                 try:
-                    servers[backend] = local_server(args, backend)
+                    servers[backend] = local_server(args, backend, cores.server_cpus)
                 except SonicError as err:
                     if backend != "native":
                         raise
                     unavailable[mode] = str(err).splitlines()[0]  # e.g. no C++ compiler here: said, not fatal
                     log.warning("sonic bench miniaod: mode %s skipped: %s", mode, unavailable[mode])
+        cores.pin_clients()
         for _ in range(max(1, args.repeat)):
             for mode in modes:  # interleaved: a change in the machine's load hits every mode alike
                 if mode not in unavailable:
@@ -215,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         run["repeats_event_ms"] = [r["event_ms"] for r in repeats[mode]]
         runs.append(run)
     results: dict[str, Any] = {
-        "machine": machine_description(), "input": os.path.basename(path), "config": args.config,
+        "machine": machine, "pinning": cores.describe(), "input": os.path.basename(path), "config": args.config,
         "streams": args.streams, "threads": args.threads, "repeat": max(1, args.repeat), "runs": runs,
         "unavailable": unavailable,
     }
