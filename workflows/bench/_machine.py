@@ -49,6 +49,7 @@ class CoreSplit:
 
         self.text = server_cpus
         self.server_cpus = parse_cpus(server_cpus) if server_cpus else None
+        self.all_cpus = sorted(os.sched_getaffinity(0))
         self.client_cpus = sorted(os.sched_getaffinity(0) - set(self.server_cpus or []))
         if not self.client_cpus:
             raise SystemExit(f"--server-cpus {server_cpus} leaves no core for the clients")

@@ -272,7 +272,9 @@ def bench_backend(backend: str, cases: list[Case], args: argparse.Namespace, tmp
     """Every point of one backend, against one server serving every model variant."""
     repository = write_variants(cases, args.batching, tmp / f"models-{backend}")
     rows = []
+    os.sched_setaffinity(0, cores.all_cpus)  # a server's cores must be this process's; h2load gets the others
     server = start_server(repository, backend, tmp / f"server-{backend}", cores.server_cpus)
+    cores.pin_clients()
     try:
         for name, case in ((n, c) for n, c in CASES.items() if c in cases):
             inputs = case.inputs()
@@ -397,7 +399,6 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     machine = machine_description()  # before the pinning narrows what this process sees
     cores = CoreSplit(args.server_cpus)
-    cores.pin_clients()
     cases = [CASES[name] for name in args.models]
     report: dict[str, Any] = {"machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "command": " ".join(["sonic", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
