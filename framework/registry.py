@@ -55,6 +55,11 @@ def load_plugins() -> tuple[str, ...]:
     return tuple(names)
 
 
+#: top-level names imported from users' configuration folders (another folder's file of the same name may
+#: replace one; an installed module may not be replaced)
+_USER_MODULES: set[str] = set()
+
+
 class UserModuleError(KeyError):
     """A user's module file that cannot be found or imported; the message is one line naming it."""
 
@@ -108,10 +113,15 @@ def import_user_module(name: str, folder: str | os.PathLike | None = None) -> Mo
         if where in sys.path:
             sys.path.remove(where)
         sys.path.insert(0, where)  # first: a file next to the configuration wins over an installed namesake
-        loaded = sys.modules.get(text.split(".")[0])
+        top = text.split(".")[0]
+        loaded = sys.modules.get(top)
         origin = getattr(loaded, "__file__", None) or ""
         if loaded is not None and not origin.startswith(where + os.sep):
-            _forget(text)
+            if top not in _USER_MODULES:  # replacing numpy or json under everyone's feet would break the job
+                raise UserModuleError(f"{top}.py in {where} has the name of a module already imported from "
+                                      f"{origin or 'the interpreter'}; rename your file")
+            _forget(text)  # a same-named user file of another configuration, imported earlier in this process
+        _USER_MODULES.add(top)
     try:
         return importlib.import_module(text)
     except ModuleNotFoundError as err:

@@ -146,9 +146,11 @@ def test_grid_configs_carry_the_file_as_an_absolute_path(tutorial):
     ([], "MyOwnThing", r"unknown module type 'MyOwnThing'.*list the file under imports, "
                        r"or write type: file\.MyOwnThing"),
     (["broken"], "LeadingJetPt", r"imports: importing 'broken' failed: SyntaxError: .*broken\.py, line 2\)"),
+    (["json"], "LeadingJetPt", r"imports: json\.py in .* has the name of a module already imported from .*json"),
 ])
 def test_missing_module_file_or_class_is_one_line(tutorial, nano_files, imports, module_type, expected):
     (tutorial / "broken.py").write_text("x = 1\ndef oops(:\n")
+    (tutorial / "json.py").write_text("x = 1\n")  # would replace the json everyone imported
     config = _broken_config(tutorial, imports, module_type)
     with pytest.raises(ConfigError) as info:
         Process(load(config, [f"source.files=['{nano_files[0]}']"]))
