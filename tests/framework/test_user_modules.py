@@ -175,3 +175,18 @@ def _broken_config(tutorial, imports, module_type):
     path.write_text("process: mine\n" + yaml.safe_dump({k: v for k, v in config.items() if k != "process"},
                                                        sort_keys=False))
     return path
+
+
+def test_grid_jobs_import_the_users_file_from_their_task_folder(tutorial, nano_files, sonic_cli, tmp_path):
+    task_dir = tmp_path / "task"
+    sonic_cli("submit", tutorial / "mine.yaml", "--input", *nano_files, "--output-dir", task_dir,
+              "--files-per-job", "1", "--wait", "--timeout", "120", cwd=tmp_path, check=True, timeout=180)
+    saved = yaml.safe_load((task_dir / "config.yaml").read_text())
+    assert saved["imports"] == [str((tutorial / "my_analysis.py").resolve())]
+    lead = _leading(nano_files)
+    written = []
+    for output in sorted(task_dir.glob("jobs/*/output.root")):
+        with uproot.open(output) as handle:
+            written.append(handle["Events"]["lead_pt"].array(library="np"))
+    assert len(written) == len(nano_files)
+    assert np.allclose(np.concatenate(written), lead[lead > 80.0], rtol=1e-6)
