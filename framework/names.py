@@ -165,14 +165,18 @@ class Catalog:
         return leaf
 
     def members(self, name: str) -> dict[str, Leaf] | None:
-        """The fields of collection ``name``: a split object's or RNTuple record's leaves, else NanoAOD's
-        ``<name>_<field>`` branches (``None`` when there are none)."""
+        """The fields of collection ``name``: a split object's or RNTuple record's leaves, else the flat
+        branches ``<name>_<field>`` (NanoAOD), ``<name>.<field>`` or ``<name>:<field>`` (ATLAS's
+        ``AnalysisElectronsAuxDyn.pt``), the first separator that has any (``None`` when none has)."""
         name = unquote(name)
         if name in self.groups:
             return self.groups[name]
-        prefix = name + "_"
-        found = {n[len(prefix):]: leaf for n, leaf in self._plain.items() if n.startswith(prefix) and "/" not in n}
-        return found or None
+        for separator in ("_", ".", ":"):
+            prefix = name + separator
+            found = {n[len(prefix):]: leaf for n, leaf in self._plain.items() if n.startswith(prefix) and "/" not in n}
+            if found:
+                return found
+        return None
 
     def suggest(self, name: str) -> str:
         """`` (did you mean ...?)`` for a name that is not in the tree."""

@@ -164,3 +164,26 @@ def test_a_mapping_error_from_the_command_line_blames_the_command_line(tmp_path)
                     "modules:\n  ht: {type: CollectionSum}\n")
     with pytest.raises(ConfigError, match=r"^<command line>: source.columns.Jet.form: unknown key"):
         cfgmod.load(str(path), ["source.columns.Jet.form=jet"])
+
+
+def test_flat_branches_named_with_dots_or_colons_form_collections(tmp_path):
+    """ATLAS-style flat names: ``AnalysisElectronsAuxDyn.pt`` branches are the collection
+    ``AnalysisElectronsAuxDyn``; a ``:`` name is read quoted, or as a collection of one field."""
+    from sonic_hep.framework.config import SourceConfig
+    from sonic_hep.framework.source import Request, RootSource
+
+    path = tmp_path / "flat.root"
+    pt, eta = ak.Array([[1.0, 2.0], [], [3.0]]), ak.Array([[0.1, 0.2], [], [0.3]])
+    with uproot.recreate(path) as f:
+        f.mktree("CollectionTree", {"AnalysisElectronsAuxDyn.pt": "var * float64",
+                                    "AnalysisElectronsAuxDyn.eta": "var * float64", "EventInfoAuxDyn:mu": np.float32})
+        f["CollectionTree"].extend({"AnalysisElectronsAuxDyn.pt": pt, "AnalysisElectronsAuxDyn.eta": eta,
+                                    "EventInfoAuxDyn:mu": np.array([20, 30, 40], np.float32)})
+    source = RootSource(SourceConfig(files=[str(path)], tree="CollectionTree"),
+                        [Request("AnalysisElectronsAuxDyn", ("pt", "eta")), Request("`EventInfoAuxDyn:mu`"),
+                         Request("EventInfoAuxDyn", ("mu",))])
+    got = next(source.chunks()).columns
+    assert ak.to_list(got["AnalysisElectronsAuxDyn"].pt) == ak.to_list(pt)
+    assert ak.to_list(got["AnalysisElectronsAuxDyn"].eta) == ak.to_list(eta)
+    assert np.asarray(got["`EventInfoAuxDyn:mu`"]).tolist() == [20, 30, 40]
+    assert ak.to_list(got["EventInfoAuxDyn"].mu) == [20, 30, 40]
