@@ -3,8 +3,10 @@
 * :func:`closed_loop` — N threads, each sending a request and waiting for its answer, again and again
   (what N event-processing streams do): throughput and latency percentiles.
 * :func:`in_flight` — one thread keeping K asynchronous requests outstanding through a client.
-* :func:`server_load` — a perf_analyzer-like generator in separate processes, replaying one
-  serialised request, so that the server (not Python on the client side) is what is measured.
+* :func:`process_tree_cpu` — CPU time of a server and its python stubs.
+
+The server alone is loaded by h2load with prepared requests (``server.py``, ``_grpc_bodies.py``):
+a Python load generator costs more CPU per request than the server and measures itself.
 """
 
 from __future__ import annotations
@@ -89,48 +91,6 @@ def in_flight(send: Callable[[], Future], depth: int, duration: float, warmup: f
         raise errors[0]
     elapsed = time.perf_counter() - measured_from
     return {"requests_per_s": done[0] / elapsed, "requests": done[0], "depth": depth}
-
-
-def server_load(url: str, request: bytes, depth: int, duration: float, processes: int = 2) -> None:
-    """Loads a server like Triton's perf_analyzer: ``processes`` processes, each keeping ``depth``
-    copies of one pre-serialised ``ModelInferRequest`` in flight for ``duration`` s.
-
-    Almost no Python runs per request, so the server rather than the load generator is measured
-    (read the server's own statistics for the rates).
-    """
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")  # never fork a process that holds gRPC threads
-    workers = [context.Process(target=_drive, args=(url, request, depth, duration), daemon=True)
-               for _ in range(processes)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(duration + 120)
-        if worker.exitcode != 0:
-            raise RuntimeError(f"load generator process exited with {worker.exitcode}")
-
-
-def _drive(url: str, request: bytes, depth: int, duration: float) -> None:
-    import asyncio
-
-    import grpc
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
-
-    message = service_pb2.ModelInferRequest.FromString(request)
-
-    async def main() -> None:
-        async with grpc.aio.insecure_channel(url) as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            end = time.perf_counter() + duration
-
-            async def loop() -> None:
-                while time.perf_counter() < end:
-                    await stub.ModelInfer(message)
-
-            await asyncio.gather(*(loop() for _ in range(depth)))
-
-    asyncio.run(main())
 
 
 def process_tree_cpu(pid: int) -> float:
