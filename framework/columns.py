@@ -242,9 +242,6 @@ class Record(Column):
     def build(self, values: Mapping[str, Any], length: int) -> Any:
         read = {name: values[v.read] if isinstance(v, Leaf) else values[v.leaf.read] * v.factor
                 for name, v in self.fields.items() if not isinstance(v, Default)}
-        if not read:
-            raise SourceError(f"collection {self.key!r}: no field comes from the file, so the number of "
-                              f"objects is unknown; map at least one field to a branch")
         template = next(iter(read.values()))
         depth = min(array.ndim for array in read.values())
         arrays: dict[str, Any] = {}
@@ -379,6 +376,10 @@ def _record(key: str, spec: Spec, fields: tuple[str, ...] | None, catalog: Catal
                 raise SourceError(f"{key!r} in {file!r}: uproot can read none of its leaves {skipped} "
                                   f"(types {sorted({catalog.typename(members[n]) for n in skipped if n in members})})")
             log.info("%s in %s: leaves uproot cannot read are left out of the record: %s", key, file, skipped)
+    if out and all(isinstance(v, Default) for v in out.values()):
+        raise SourceError(f"collection {key!r}: none of its fields {sorted(out)} comes from {_where(catalog, file)}, "
+                          f"so the number of objects is unknown; map at least one field to a branch "
+                          f"(or use 'empty: true') in source.columns.{key}")
     return Record(key, out)
 
 

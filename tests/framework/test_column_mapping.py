@@ -187,3 +187,12 @@ def test_flat_branches_named_with_dots_or_colons_form_collections(tmp_path):
     assert ak.to_list(got["AnalysisElectronsAuxDyn"].eta) == ak.to_list(eta)
     assert np.asarray(got["`EventInfoAuxDyn:mu`"]).tolist() == [20, 30, 40]
     assert ak.to_list(got["EventInfoAuxDyn"].mu) == [20, 30, 40]
+
+
+def test_a_collection_of_defaults_only_is_refused_before_reading(other_schema):
+    from sonic_hep.framework.config import SourceConfig
+    from sonic_hep.framework.source import Request, RootSource
+
+    with pytest.raises(SourceError, match=r"collection 'Jet': none of its fields \['pt'\] comes from .*'empty: true'"):
+        RootSource(SourceConfig(files=[str(other_schema)], tree="tree", columns={"Jet": {"defaults": {"pt": 1.0}}}),
+                   [Request("Jet", ("pt",))])
