@@ -227,6 +227,7 @@ class RootSource:
         while entry < stop:
             try:
                 item = next(batches, None)
+            except remote.RemoteReadError: raise  # noqa: E701 - the network, not the file: already one line naming it
             except Exception as err:  # uproot's many exception types for bytes it cannot decode
                 raise SourceError(self._read_error(tree, plan, path, entry, min(stop, entry + step), err)) from None
             if item is None:
@@ -237,13 +238,24 @@ class RootSource:
 
     @staticmethod
     def _read_error(tree: Any, plan: Plan, path: str, lo: int, hi: int, err: Exception) -> str:
-        """The message for a failed read of entries ``[lo, hi)``: the culprit leaf when one alone fails."""
+        """The message for a failed read of entries ``[lo, hi)``: the culprit leaf when one alone fails, and
+        whether it is its type (another range fails too: uproot cannot decode it, e.g. ``std::bitset``) or
+        these entries' bytes (the rest of the file reads)."""
         for leaf in plan.leaves:
             try:
                 tree.arrays([leaf.read], entry_start=lo, entry_stop=hi, library="ak")
             except Exception as single:  # noqa: BLE001 - finding which leaf uproot cannot read
-                return (f"cannot read branch {leaf.name!r} (type {plan.catalog.typename(leaf)!r}) at entries "
-                        f"{lo} to {hi - 1} of {path!r} (corrupt file?): {_one_line(single)}")
+                what = f"branch {leaf.name!r} (type {plan.catalog.typename(leaf)!r})"
+                probe = (0, 1) if lo > 0 else (hi, hi + 1) if hi < tree.num_entries else None
+                if probe is None:
+                    return (f"cannot read {what} at entries {lo} to {hi - 1} of {path!r} (a type uproot cannot "
+                            f"decode, or damaged bytes): {_one_line(single)}")
+                try:
+                    tree.arrays([leaf.read], entry_start=probe[0], entry_stop=probe[1], library="ak")
+                except Exception:  # noqa: BLE001 - it fails elsewhere too: the type, not these bytes
+                    return f"uproot cannot decode {what} in {path!r}: {_one_line(single)}"
+                return (f"cannot read {what} at entries {lo} to {hi - 1} of {path!r} (damaged bytes?): "
+                        f"{_one_line(single)}")
         return f"cannot read entries {lo} to {hi - 1} of {path!r} (corrupt file?): {_one_line(err)}"
 
     @staticmethod

@@ -168,6 +168,16 @@ def test_a_type_uproot_cannot_read_is_one_line_naming_branch_and_type():
     assert "uproot cannot read" in message and "\n" not in message
 
 
+def test_a_type_uproot_fails_to_decode_is_named_as_such_not_as_damaged_entries():
+    path = data("uproot-mc10events.root")  # bacon's Info/triggerBits: std::bitset<256>, which uproot cannot decode
+    source = RootSource(SourceConfig(files=[path], chunk_size=4, first_entry=4), [Request("triggerBits")])
+    with pytest.raises(SourceError) as err:
+        next(source.chunks())
+    message = str(err.value)
+    assert message.startswith("uproot cannot decode branch 'triggerBits' (type 'std::bitset<256>') in ")
+    assert "\n" not in message and "damaged" not in message
+
+
 def test_entries_past_the_end_are_refused_before_reading():
     path = data("uproot-issue513.root")
     with pytest.raises(SourceError, match=r"source.first_entry 10 is past the end of the input: .* has 10 entries"):
@@ -199,7 +209,7 @@ def test_undecodable_bytes_name_the_branch_and_the_entries_that_failed(tmp_path)
                 seen += chunk.length
         assert seen == delivered
         message = str(err.value)
-        assert f"cannot read branch 'x' (type 'double') at {expected} of {str(path)!r}" in message
+        assert f"cannot read branch 'x' (type 'double') at {expected} of {str(path)!r} (damaged bytes?)" in message
         assert "\n" not in message
 
 
