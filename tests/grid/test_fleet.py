@@ -82,6 +82,26 @@ def test_bad_bounds_are_one_line():
         Rule(min_servers=3, max_servers=2)
 
 
+@pytest.mark.parametrize("args, culprit", [
+    (["run", "demo_inference", "-n", "5", "-o", "x.root", "--fleet", "{tmp}/none"],
+     r"services\.inference\.fleet: '.*/none' is not a fleet directory \(no fleet\.json\)"),
+    (["submit", "demo_inference", "-d", "{tmp}/task", "--fleet", "{tmp}"], r"'.*' is not a fleet directory"),
+    (["fleet", "status", "{tmp}"], r"is not a fleet directory \(no fleet\.json\); start one with"),
+    (["fleet", "start", "{tmp}/f", "-r", str(DEMO), "--min-servers", "3", "--max-servers", "2"],
+     r"--min-servers \(3\) <= --max-servers \(2\)"),
+    (["fleet", "start", "{tmp}/f", "-r", str(DEMO), "-x", "slurm", "-E", "bogus=1"],
+     r"executor 'slurm' has no option 'bogus'"),
+    (["fleet", "start", "{tmp}/f", "-r", str(DEMO), "--heartbeat-s", "5", "--ttl-s", "5"],
+     r"--ttl-s \(5\.0\) must exceed --heartbeat-s"),
+])
+def test_bad_fleet_inputs_are_one_line_and_write_nothing(tmp_path, sonic_cli, args, culprit):
+    result = sonic_cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(culprit, lines[0]), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no fleet, task or output was started
+
+
 # -- end to end ------------------------------------------------------------------------------------------
 def paced_config(path: Path, events: int, pace_ms: float = 20.0) -> Path:
     """demo_inference with an external wait of ``pace_ms`` per event beside the tagger: each job lasts seconds,

@@ -202,6 +202,9 @@ class Fleet:
         if root.exists() and any(root.iterdir()):
             raise GridError(f"{root} exists and is not a fleet directory; choose an empty or new directory")
         parse_options(executor_class(spec.executor), spec.executor_options)  # a typo fails before any file
+        if str(spec.executor_options.get("transfer", "")).lower() in ("true", "1", "yes"):
+            raise GridError("a fleet needs a filesystem its server jobs and clients share (the directory is how "
+                            "they find each other): drop -E transfer=true")
         for sub in ("jobs", "logs", "servers"):
             (root / sub).mkdir(parents=True, exist_ok=True)
         (root / "config.yaml").write_text(yaml.safe_dump({"process": "fleet", "options": {"threads": int(cpus)}}))
