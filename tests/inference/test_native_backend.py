@@ -380,6 +380,20 @@ def test_sonic_run_starts_its_local_server_with_the_configured_backend(tmp_path)
     assert fallback["backend"] == "native" and fallback["model_backends"]["demo_mlp"] == "onnxruntime (native)"
 
 
+def test_server_start_takes_the_backend_from_the_configuration(tmp_path):
+    """``sonic server start --config`` uses the configuration's ``fallback_server.backend`` unless ``--backend``."""
+    import argparse
+
+    from sonic_hep.workflows.cli.server import _backend
+
+    text = (PROJECT / "configs" / "demo_inference.yaml").read_text()
+    config = tmp_path / "cfg.yaml"
+    config.write_text(text.replace("    mode: direct\n", "    mode: direct\n    fallback_server: {backend: python}\n"))
+    assert _backend(argparse.Namespace(backend=None, config=str(config))) == "python"
+    assert _backend(argparse.Namespace(backend="native", config=str(config))) == "native"
+    assert _backend(argparse.Namespace(backend=None, config=None)) == "auto"
+
+
 def test_a_bad_backend_in_the_configuration_names_the_key():
     with pytest.raises(ConfigError, match=r"^services\.inference\.fallback_server\.backend: must be one of auto, "
                                           r"native, python, not 'fast'$"):

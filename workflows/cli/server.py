@@ -121,6 +121,16 @@ def _strict(args: argparse.Namespace) -> bool:
     return bool(server_options.get("strict", False))
 
 
+def _backend(args: argparse.Namespace) -> str:
+    """``--backend``, else ``services.inference.fallback_server.backend`` of ``--config``, else "auto"."""
+    if args.backend or not args.config:
+        return args.backend or "auto"
+    from ...framework import config as cfgmod
+
+    server_options = cfgmod.load(args.config).services.get("inference", {}).get("fallback_server") or {}
+    return str(server_options.get("backend", "auto"))
+
+
 def _not_served(skipped: dict[str, str]) -> list[str]:
     """One line per model a server leaves out, with the reason (``TritonServer.skipped``)."""
     return [f"not served: {name}: {reason}" for name, reason in skipped.items()]
@@ -135,7 +145,7 @@ def start(args: argparse.Namespace) -> int:
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
                           model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
-                          cpus=parse_cpus(args.cpus) if args.cpus else None, backend=args.backend,
+                          cpus=parse_cpus(args.cpus) if args.cpus else None, backend=_backend(args),
                           strict=_strict(args))
     stop_requested: list[int] = []
 
@@ -341,9 +351,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-workdir", action="store_true",
                    help="keep the work folder after a clean stop (also: SONIC_HEP_KEEP_WORKDIR=1)")
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
-    p.add_argument("--backend", choices=("auto", "native", "python"), default="auto",
+    p.add_argument("--backend", choices=("auto", "native", "python"),
                    help="what serves onnxruntime_onnx models: the compiled native backend, the python-based one, "
-                        "or auto (native where it builds, else python-based with a notice)")
+                        "or auto (native where it builds, else python-based with a notice); default: "
+                        "services.inference.fallback_server.backend of --config, else auto")
     p.add_argument("--cpus", metavar="LIST", help="pin the server to these cores (e.g. 0-7,12), leaving the rest to jobs")
     p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
     p.add_argument("--strict", action="store_true",
