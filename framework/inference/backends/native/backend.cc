@@ -416,6 +416,7 @@ struct Instance {
   TRITONBACKEND_ModelInstance* handle = nullptr;
   OrtSession* session = nullptr;
   std::vector<const char*> input_names;
+  bool gpu = false;  // runs on onnxruntime's CUDA execution provider
 };
 
 TE* open_session(Instance* self, TritonInstanceKind kind, int32_t device) {
@@ -443,6 +444,12 @@ TE* open_session(Instance* self, TritonInstanceKind kind, int32_t device) {
       if (problem.empty()) problem = status_text(ort, ort.UpdateCUDAProviderOptions(cuda, keys, values, 1));
       if (problem.empty()) problem = status_text(ort, ort.SessionOptionsAppendExecutionProvider_CUDA_V2(options, cuda));
       if (cuda) ort.ReleaseCUDAProviderOptions(cuda);
+      self->gpu = problem.empty();
+      if (!problem.empty()) {  // as onnxruntime's python API does: the CPU provider, after a warning
+        log(kTritonLogWarn, "model '" + model.name + "': onnxruntime's CUDA execution provider failed on GPU " +
+                                std::to_string(device) + " (" + one_line(problem) + "); running on CPU");
+        problem.clear();
+      }
     }
   }
   if (problem.empty()) problem = status_text(ort, ort.CreateSession(g_runtime->env, model.path.c_str(), options, &self->session));
@@ -849,7 +856,7 @@ SONIC_EXPORT TE* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstan
   if (unnamed) TRITONSERVER_ErrorDelete(unnamed);  // it only costs the log line
   if (!err && !unnamed && name)
     log(kTritonLogInfo, "model '" + self->model->name + "': instance " + name + " (" +
-                            (kind == kTritonKindGpu && g_runtime->cuda ? "GPU " + std::to_string(device) : "CPU") +
+                            (self->gpu ? "GPU " + std::to_string(device) : "CPU") +
                             ", " + std::to_string(self->model->intra_threads) + " intra-op threads) serves " +
                             self->model->path);
   if (err) {
