@@ -118,8 +118,9 @@ def _plan(tree: Any, requests: list[Request], mapping: dict[str, Spec], path: st
     for req in requests:
         try:
             columns[req.key] = plan_column(req.key, mapping.get(req.key), req.fields, catalog, path)
-        except NotInFile:
-            if req.optional:
+        except NotInFile as err:
+            if req.optional:  # said, since a present collection with other field names is skipped too
+                log.info("optional %r is not read from %s: %s", req.key, path, err)
                 continue
             raise
     leaves: dict[str, Leaf] = {}
