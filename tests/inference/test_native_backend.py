@@ -121,6 +121,11 @@ def served(tmp_path_factory) -> dict[str, ModelInfo]:
         if name in MODELS:
             write_form(MODELS[name], dest, held, True, 1, hold_us=HOLD_US)
             forms[held] = MODELS[name]
+    write_form(MODELS["demo_mlp"], dest, "demo_mlp__threads", None, 2)
+    config = (dest / "demo_mlp__threads" / "config.pbtxt")
+    config.write_text(config.read_text() + 'parameters { key: "intra_op_thread_count" value { string_value: "3" } }\n'
+                      "optimization { graph { level: 1 } }\n")
+    forms["demo_mlp__threads"] = MODELS["demo_mlp"]
     write_types_model(dest)
     forms["types"] = ModelRepository([str(dest)]).get("types")
     forms["_repository"] = dest  # type: ignore[assignment]
@@ -331,6 +336,14 @@ def test_status_of_a_server_started_elsewhere_names_each_models_backend(server):
     assert status.returncode == 0, status.stdout + status.stderr
     row = next(line for line in status.stdout.splitlines() if line.split()[:1] == ["demo_mlp"])
     assert row.split()[2] == "onnxruntime" and "READY" in row, status.stdout
+
+
+def test_thread_count_and_instances_come_from_the_config(server):
+    """``intra_op_thread_count`` of the config's parameters, for each of its 2 instances (the server's log says)."""
+    log = server.log_path.read_text()
+    for instance in ("demo_mlp__threads_0_0", "demo_mlp__threads_0_1"):
+        assert f"instance {instance} (CPU, 3 intra-op threads)" in log
+    assert "instance demo_mlp_0_0 (CPU, 1 intra-op threads)" in log  # the server's default (--ort-threads)
 
 
 def test_labels_come_from_the_config(server):
