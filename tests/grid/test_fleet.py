@@ -28,7 +28,7 @@ from sonic_hep.workflows.grid.status import wait
 from sonic_hep.workflows.grid.task import Task
 from tests.conftest import PROJECT
 from tests.grid.conftest import drivers_gone, single_run
-from tests.polling import gone, wait_for
+from tests.polling import gone, processes_mentioning, wait_for
 
 DEMO = PROJECT / "data" / "models" / "demo"
 
@@ -102,6 +102,32 @@ def test_bad_fleet_inputs_are_one_line_and_write_nothing(tmp_path, sonic_cli, ar
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no fleet, task or output was started
 
 
+def test_resources_become_each_batch_systems_own_words(tmp_path):
+    from sonic_hep.workflows.grid.executors.condor import CondorExecutor
+    from sonic_hep.workflows.grid.executors.slurm import SlurmExecutor
+    from sonic_hep.workflows.grid.fleet import FleetSpec, executor_options
+
+    slurm_options = executor_options("slurm", {"partition": "gpu"}, cpus=4, mem="16G", time_limit="08:00:00", gpus=1)
+    assert slurm_options == {"partition": "gpu", "cpus_per_task": 4, "mem": "16G", "time": "08:00:00",
+                             "extra": ["--gres=gpu:1"]}
+    fleet = Fleet.create(tmp_path / "s", FleetSpec([str(DEMO)], executor="slurm", executor_options=slurm_options), 2)
+    script = SlurmExecutor(fleet.task, slurm_options).script([0, 1], 0, 2)
+    for line in ("#SBATCH --gres=gpu:1", "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16G", "#SBATCH --partition=gpu",
+                 "#SBATCH --job-name=sonic-fleet", f"sonic_hep.workflows.grid.job {fleet.directory}"):
+        assert line in script, line
+
+    condor_options = executor_options("condor", {}, cpus=2, mem="8GB", gpus=1)
+    assert condor_options == {"request_cpus": 2, "request_memory": "8GB", "extra": {"request_gpus": "1"}}
+    fleet = Fleet.create(tmp_path / "c", FleetSpec([str(DEMO)], executor="condor", executor_options=condor_options), 1)
+    description = CondorExecutor(fleet.task, condor_options).description(None)
+    assert (description["request_gpus"], description["request_cpus"], description["request_memory"]) == ("1", "2", "8GB")
+    assert str(fleet.directory) in description["arguments"]
+    assert executor_options("dask", {}, cpus=2, mem="4GiB", time_limit="01:00:00") == \
+        {"cores": 2, "memory": "4GiB", "walltime": "01:00:00"}
+    with pytest.raises(GridError, match="a fleet needs a filesystem"):
+        Fleet.create(tmp_path / "t", FleetSpec([str(DEMO)], executor="condor", executor_options={"transfer": True}), 1)
+
+
 # -- end to end ------------------------------------------------------------------------------------------
 def paced_config(path: Path, events: int, pace_ms: float = 20.0) -> Path:
     """demo_inference with an external wait of ``pace_ms`` per event beside the tagger: each job lasts seconds,
@@ -165,6 +191,7 @@ def stop_and_check_nothing_left(sonic_cli, fleet_dir: Path, env: dict | None = N
     for pid in server_pids(fleet_dir):
         wait_for(lambda pid=pid: gone(pid), 30, f"tritonserver {pid} to exit")
     assert fleet.manager() is None
+    wait_for(lambda: not processes_mentioning(str(fleet_dir)), 60, "server jobs, drivers and manager to exit")
     return fleet
 
 
@@ -240,10 +267,12 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("executor", ["local", "dask"])
 def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path, sonic_cli, executor):
+    """local: the manager replaces the cancelled server; dask: the fleet stops by itself when its task ends."""
     fleet_dir, events = tmp_path / "fleet", 2 * 300
     config = paced_config(tmp_path / "paced.yaml", events)
     try:
-        sonic_cli(*fleet_args(fleet_dir, executor, 2), check=True)
+        sonic_cli(*fleet_args(fleet_dir, executor, 2, *(["--stop-with-tasks"] if executor == "dask" else [])),
+                  check=True)
         fleet = Fleet(fleet_dir)
         cancelled = fleet.members()[0]
         sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", executor, "--events-per-job", "300",
@@ -259,9 +288,12 @@ def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path
         assert_equal_to_direct(task, config, events, tmp_path)
         assert [m.state for m in fleet.members()][0] == "failed" and "SIGTERM" in fleet.members()[0].reason
         assert any(task.report(i).ended > cancelled_at for i in task.indices)
-        # the manager replaced the cancelled server (min 2): a third job registered
-        wait_for(lambda: len(fleet.members()) == 3 and member_running(fleet, 2), 90, "a replacement server")
-        assert [d["action"] for d in fleet.decisions()] == ["up"] and "< min 2" in fleet.decisions()[0]["reason"]
+        if executor == "dask":  # every task submitted with --fleet ended: the manager stops the fleet
+            wait_for(lambda: fleet.stopping and fleet.manager() is None and
+                     all(m.state in ("done", "failed") for m in fleet.members()), 90, "the fleet to stop itself")
+        else:  # the manager replaced the cancelled server (min 2): a third job registered
+            wait_for(lambda: len(fleet.members()) == 3 and member_running(fleet, 2), 90, "a replacement server")
+            assert [d["action"] for d in fleet.decisions()] == ["up"] and "< min 2" in fleet.decisions()[0]["reason"]
     finally:
         stop_and_check_nothing_left(sonic_cli, fleet_dir)
     drivers_gone(fleet_dir)
