@@ -29,6 +29,7 @@ from sonic_hep.workflows.grid.task import Task
 from tests.conftest import PROJECT
 from tests.grid.conftest import drivers_gone, single_run
 from tests.polling import gone, processes_mentioning, wait_for
+from tests.reliability.test_exposure import pki  # noqa: F401 - the fixture: a CA, server and client certificates
 
 DEMO = PROJECT / "data" / "models" / "demo"
 
@@ -297,3 +298,27 @@ def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path
     finally:
         stop_and_check_nothing_left(sonic_cli, fleet_dir)
     drivers_gone(fleet_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.triton
+@pytest.mark.timeout(200)
+def test_a_mutual_tls_fleet_serves_only_clients_with_a_certificate(tmp_path, sonic_cli, pki):
+    fleet_dir = tmp_path / "fleet"
+    try:
+        sonic_cli(*fleet_args(fleet_dir, "local", 1, "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
+                              "--tls-root-cert", pki["ca"], "--tls-ca", pki["ca"], "--tls-client-cert",
+                              pki["client_cert"], "--tls-client-key", pki["client_key"]), check=True)
+        entry = Fleet(fleet_dir).members()[0].entry
+        assert entry.ssl and entry.root_certificates == pki["ca"]  # what clients trust comes with the entry
+        job = ["run", "demo_inference", "-n", "40", "--fleet", fleet_dir, "-p", "services.inference.fallback=false",
+               "-p", "services.inference.fleet_wait_s=0"]
+        refused = sonic_cli(*job, "-o", tmp_path / "refused.root")
+        assert refused.returncode == 1 and f"no server can run model 'demo_mlp': {entry.address}" in refused.stderr
+        credentials = f"services.inference.fleet_tls={{private_key: '{pki['client_key']}', " \
+                      f"certificate_chain: '{pki['client_cert']}'}}"
+        sonic_cli(*job, "-o", tmp_path / "ok.root", "--timing-json", tmp_path / "t.json", "-p", credentials, check=True)
+        inference = json.loads((tmp_path / "t.json").read_text())["inference"]
+        assert list(inference["models"]["demo_mlp"]["servers"]) == [entry.address]
+    finally:
+        stop_and_check_nothing_left(sonic_cli, fleet_dir)
