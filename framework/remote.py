@@ -170,7 +170,7 @@ async def _with_retries(attempt: Callable[[], Awaitable[T]], url: str, what: str
                     from None
             if number == TRIES:
                 raise RemoteReadError(f"cannot read {url!r} ({what}): {type(err).__name__}: {_one_line(err)}; "
-                                      f"gave up after {TRIES} tries over {time.monotonic() - start:.1f} s "
+                                      f"gave up after {TRIES} {'tries' if TRIES != 1 else 'try'} over {time.monotonic() - start:.1f} s "
                                       f"(SONIC_HEP_REMOTE_TRIES sets the number)") from None
             delay = BACKOFF_S * 2 ** (number - 1)
             with _lock:
@@ -197,7 +197,7 @@ class _RetryingReads:
         call = super()._cat_ranges  # type: ignore[misc]
         count = len(paths) if isinstance(paths, list) else 1
         return await _with_retries(lambda: call(paths, starts, ends, *args, **kwargs), self._url(paths),
-                                   f"{count} byte ranges")
+                                   f"{count} byte range{'s' if count != 1 else ''}")
 
     async def _info(self, path: str, **kwargs: Any) -> Any:
         call = super()._info  # type: ignore[misc]
