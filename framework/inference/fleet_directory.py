@@ -31,14 +31,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..atomic import PendingText, pid_alive, remove_stale_temporaries
-from .connection import ServerSpec
+
+if TYPE_CHECKING:  # the job wrapper reads FLEET_FILE from here without importing tritonclient
+    from .connection import ServerSpec
 
 log = logging.getLogger(__name__)
 
 SERVERS = "servers"
+#: what makes a folder a fleet directory (its settings: ``workflows/grid/fleet.py``)
+FLEET_FILE = "fleet.json"
 #: how often a server rewrites its entry, and after how long without one readers ignore it (defaults)
 HEARTBEAT_S = 5.0
 TTL_S = 20.0
@@ -75,6 +79,8 @@ class Entry:
     def spec(self, credentials: dict[str, Any] | None = None) -> ServerSpec:
         """How a client connects: the entry's address and TLS mode, with the client's own certificate
         (``private_key``, ``certificate_chain``) and, if given, its own ``root_certificates``."""
+        from .connection import ServerSpec
+
         creds = dict(credentials or {})
         return ServerSpec(self.address, ssl=self.ssl or bool(creds),
                           root_certificates=creds.get("root_certificates") or self.root_certificates,

@@ -146,15 +146,15 @@ def _fleet_client(config: InferenceConfig, repository: ModelRepository | None) -
     the fleet's directory as servers join and leave (``ServerPool.follow``)."""
     from dataclasses import replace
 
-    from .fleet_directory import discover, servers_dir, wait_for_servers
+    from .fleet_directory import FLEET_FILE, discover, wait_for_servers
     from .sonic import SonicClient
 
     unknown = set(config.fleet_tls) - FLEET_TLS_KEYS
     if unknown:
         raise ConfigError(f"unknown keys {sorted(unknown)}; known: {sorted(FLEET_TLS_KEYS)}",
                           key="services.inference.fleet_tls")
-    if not servers_dir(config.fleet).parent.is_dir() or not (Path(config.fleet) / "fleet.json").is_file():
-        raise ConfigError(f"{config.fleet!r} is not a fleet directory (no fleet.json); start one with "
+    if not (Path(config.fleet) / FLEET_FILE).is_file():
+        raise ConfigError(f"{config.fleet!r} is not a fleet directory (no {FLEET_FILE}); start one with "
                           f"`sonic fleet start {config.fleet}`", key="services.inference.fleet")
     entries = wait_for_servers(config.fleet, config.fleet_wait_s)
     found = [entry.spec(config.fleet_tls) for entry in entries]

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from ...framework.inference.fleet_directory import HEARTBEAT_S, TTL_S, Entry, read_entries
+from ...framework.inference.fleet_directory import FLEET_FILE, HEARTBEAT_S, TTL_S, Entry, read_entries
 from ...framework.inference.owner import ProcessId
 from .batch_text import plain
 from .errors import GridError
@@ -53,7 +53,6 @@ from .task import Task, TaskDescription
 
 log = logging.getLogger(__name__)
 
-FLEET_FILE = "fleet.json"
 STOP_FILE = "stop"
 MANAGER_FILE = "manager.json"
 DECISIONS = "logs/autoscaler.jsonl"

@@ -115,24 +115,29 @@ def manage(fleet: Fleet, stop: threading.Event, clock=time.monotonic) -> None:  
     log.info("fleet %s: manager running (%s)", fleet.directory, autoscaler.rule)
     try:
         while not stop.is_set() and not fleet.stopping:
-            fleet = Fleet(fleet.directory)  # `sonic fleet scale` may have changed the settings
-            rule, stop_with_tasks = settings(fleet)
-            if rule != autoscaler.rule:
-                log.info("fleet %s: new autoscaling settings %s", fleet.directory, rule)
-                autoscaler.rule = rule
-            decision = autoscaler.decide(clock(), sampler.sample(fleet))
-            if decision.action == "up":
-                try:
-                    record(fleet, decision, added=fleet.add(1))
-                except GridError as err:
-                    record(fleet, decision, refused=str(err))
-            elif decision.action == "down":
-                fleet.retire(int(decision.server))
-                record(fleet, decision)
-            if stop_with_tasks and tasks_over(fleet):
-                log.info("fleet %s: every task submitted against it has ended; stopping the fleet", fleet.directory)
-                break
-            stop.wait(rule.interval_s)
+            interval = autoscaler.rule.interval_s
+            try:
+                fleet = Fleet(fleet.directory)  # `sonic fleet scale` may have changed the settings
+                rule, stop_with_tasks = settings(fleet)
+                if rule != autoscaler.rule:
+                    log.info("fleet %s: new autoscaling settings %s", fleet.directory, rule)
+                    autoscaler.rule, interval = rule, rule.interval_s
+                decision = autoscaler.decide(clock(), sampler.sample(fleet))
+                if decision.action == "up":
+                    try:
+                        record(fleet, decision, added=fleet.add(1))
+                    except GridError as err:
+                        record(fleet, decision, refused=str(err))
+                elif decision.action == "down":
+                    fleet.retire(int(decision.server))
+                    record(fleet, decision)
+                if stop_with_tasks and tasks_over(fleet):
+                    log.info("fleet %s: every task submitted against it has ended; stopping the fleet",
+                             fleet.directory)
+                    break
+            except Exception:  # noqa: BLE001 - one bad sample (a record being replaced, a batch system hiccup)
+                log.exception("fleet %s: this round of the manager failed; trying again", fleet.directory)
+            stop.wait(interval)
     finally:
         sampler.close()
     (fleet.directory / STOP_FILE).write_text(f"stopped by its manager at {time.time()}\n")
