@@ -55,7 +55,7 @@ from typing import Any
 from ..errors import InferenceError
 from . import runtime_repository
 from .owner import ProcessId, sweep_shared_memory
-from .servable import one_line, unservable
+from .servable import ENGINES, one_line, unservable
 from .private_memory import make_private, preload_library
 from .repository import ModelInfo, ModelRepository
 from .sockets import bind_problem, is_loopback, listening
@@ -394,11 +394,11 @@ class TritonServer:
         exits when that port was taken meanwhile (a free port another process grabbed between our choice and
         its bind): until all are bound, "ready" may be a server on its way out. Where sockets cannot be read
         (no /proc), readiness alone decides."""
-        bound = self.bound()
-        # alive again at the end: a server that exited meanwhile (its sockets gone, or /proc unreadable for it)
-        # reads as "nothing bound", which must not pass as "sockets cannot be read here" (a native-backend
-        # server is ready fast enough to exit right after its first health answer)
-        return (all(bound.values()) or not any(bound.values())) and self.alive()
+        if not os.path.exists("/proc/net/tcp"):
+            return self.alive()
+        # "nothing bound" is a server closing its sockets on its way out (a native-backend server is ready fast
+        # enough to answer its first health check and then exit), never a pass; alive again at the end
+        return all(self.bound().values()) and self.alive()
 
     def ready(self) -> bool:
         """True when the server answers and every model is loaded (HTTP ``/v2/health/ready``)."""
@@ -545,16 +545,17 @@ class TritonServer:
 
 
 def serves_with_onnxruntime(info: ModelInfo) -> bool:
-    """True when Triton maps the model to the ``onnxruntime`` backend (its platform or backend says so)."""
-    return info.config.platform == "onnxruntime_onnx" or info.config.backend == "onnxruntime"
+    """True when Triton maps the model to the ``onnxruntime`` backend (its platform or backend says so:
+    ``repository.backend_of``, the one classification)."""
+    return info.backend == "onnxruntime"
 
 
 def model_backend(info: ModelInfo, native: bool) -> str:
     """What serves ``info`` on a server: "onnxruntime (native)", "onnxruntime (python-based)", "python",
-    "ensemble", or the config's backend/platform for anything else."""
+    "pytorch (python-based)", "tensorflow (python-based)", "ensemble", or the backend's name for anything else."""
     if serves_with_onnxruntime(info):
         return "onnxruntime (native)" if native else "onnxruntime (python-based)"
-    return info.config.backend or info.config.platform or "?"
+    return f"{info.backend} (python-based)" if info.backend in ENGINES else info.backend or "?"
 
 
 def parse_cpus(text: str) -> list[int]:
