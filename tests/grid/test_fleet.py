@@ -322,3 +322,24 @@ def test_a_mutual_tls_fleet_serves_only_clients_with_a_certificate(tmp_path, son
         assert list(inference["models"]["demo_mlp"]["servers"]) == [entry.address]
     finally:
         stop_and_check_nothing_left(sonic_cli, fleet_dir)
+
+
+@pytest.mark.triton
+@pytest.mark.timeout(120)
+def test_a_server_job_that_cannot_register_stops_its_server_and_says_why(tmp_path):
+    import subprocess
+    import sys
+
+    from sonic_hep.workflows.grid.fleet import FleetSpec
+
+    fleet = Fleet.create(tmp_path / "fleet", FleetSpec([str(DEMO)], models=["demo_mlp"], host="127.0.0.1"), 1)
+    servers = fleet.directory / "servers"
+    servers.rmdir()
+    servers.write_text("not a folder")  # a shared filesystem refusing the entry (root ignores permissions)
+    job = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.grid.job", str(fleet.directory), "0"],
+                         capture_output=True, text=True, timeout=100)
+    report = json.loads(fleet.task.files(0).report.read_text())  # run by hand: no submission record
+    assert job.returncode == 1 and report["state"] == "failed", (job.returncode, report)
+    assert report["reason"].startswith(f"cannot write its entry in {fleet.directory}"), report["reason"]
+    pids = server_pids(fleet.directory)
+    assert len(pids) == 1 and gone(pids[0])  # its server was stopped, not left running

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
-from ...framework.errors import InferenceError
+from ...framework.errors import InferenceError, SonicError
 from ...framework.inference.fleet_directory import Entry, deregister, register
 from ...framework.inference.server import TritonServer, host_port
 from .fleet import STOP_FILE, Fleet
@@ -97,7 +97,7 @@ def serve(directory: str | Path, index: int) -> int:
     entry = Entry(name=name, address=host_port(spec.advertised_host(), server.ports["grpc"]),
                   models=ready_models(server), ssl=bool(spec.tls_cert), root_certificates=spec.client_root_certificates,
                   batch_id=report.batch_id, ttl_s=spec.ttl_s)
-    why = ""
+    why, broken = "", False
     try:
         if not asked():
             register(fleet.directory, entry)
@@ -109,8 +109,13 @@ def serve(directory: str | Path, index: int) -> int:
             entry.health = "ready" if server.ready() else "not ready"
             register(fleet.directory, entry)
             wake.wait(spec.heartbeat_s)
+    except (OSError, SonicError) as err:  # a full or read-only shared filesystem: clients cannot see it
+        why, broken = f"cannot write its entry in {fleet.directory}: {err}", True
     finally:
-        deregister(fleet.directory, name)  # first: clients stop choosing it before it stops answering
+        try:
+            deregister(fleet.directory, name)  # first: clients stop choosing it before it stops answering
+        except OSError as err:
+            print(f"server job {index}: cannot remove its entry ({err}); it expires in {spec.ttl_s:.0f} s", flush=True)
     if server.alive():
         print(f"server job {index}: leaving ({why}); draining {spec.drain_s:.0f} s", flush=True)
         time.sleep(spec.drain_s)
@@ -119,6 +124,8 @@ def serve(directory: str | Path, index: int) -> int:
             signum = signalled[0]
             return finish("failed", 128 + signum, f"terminated by {signal.Signals(signum).name} "
                                                   f"(batch system stop or time limit); server stopped cleanly")
+        if broken:
+            return finish("failed", EXIT_FAILED, why)
         return finish("done", EXIT_STOPPED, f"stopped: {why}")
     server.stop()
     return finish("failed", EXIT_FAILED, why)
