@@ -32,15 +32,16 @@ def delphes_tree(delphes_file):
         yield f["Delphes"]
 
 
-def first_chunk(delphes_file: str) -> dict:
-    """The columns the source builds for the MiniAOD producers, all 10 events in one chunk."""
-    config = cfgmod.load("miniaod_delphes", [f"source.files=['{delphes_file}']", "source.chunk_size=100"])
-    process = Process(config)
-    return next(process.source.chunks()).columns
+def first_chunk(delphes_file: str, chunk_size: int = 100) -> dict:
+    """The columns the source builds for the MiniAOD producers, all 10 events (chunks concatenated)."""
+    config = cfgmod.load("miniaod_delphes", [f"source.files=['{delphes_file}']", f"source.chunk_size={chunk_size}"])
+    chunks = list(Process(config).source.chunks())
+    return {key: ak.concatenate([ak.Array(c.columns[key]) for c in chunks]) for key in chunks[0].columns}
 
 
-def test_constituents_are_the_jets_trefarray_resolved_value_by_value(delphes_file, delphes_tree):
-    columns = first_chunk(delphes_file)
+@pytest.mark.parametrize("chunk_size", [100, 3])  # one chunk, and chunk boundaries inside the file
+def test_constituents_are_the_jets_trefarray_resolved_value_by_value(delphes_file, delphes_tree, chunk_size):
+    columns = first_chunk(delphes_file, chunk_size)
     refs = delphes_tree["Jet/Jet.Constituents"].array().refs
     ids = [np.concatenate([delphes_tree[f"{n}/{n}.fUniqueID"].array()[e].to_numpy() & 0xFFFFFF for n in EFLOW])
            for e in range(delphes_tree.num_entries)]
