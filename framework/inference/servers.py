@@ -229,6 +229,8 @@ class ServerPool:
                     why = f"down ({s.reason})"
                 elif model in s.refused:
                     why = s.refused[model]
+                elif s.fallback and model in getattr(self.fallback_server, "skipped", {}):
+                    why = f"cannot serve it: {self.fallback_server.skipped[model]}"  # left out at start (servable.py)
                 elif model not in s.models:
                     why = f"does not have it{did_you_mean(model, s.models)}"
                 else:

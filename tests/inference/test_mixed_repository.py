@@ -288,6 +288,25 @@ def test_strict_refuses_with_one_line_naming_the_model_and_reason(repositories, 
     assert not list((tmp_path / "state").glob("*.json"))
 
 
+@pytest.mark.triton
+def test_a_job_asking_for_a_model_its_fallback_server_left_out_is_told_why(tmp_path):
+    """A SONIC job whose local fallback server left a model out: the error names the model and the reason."""
+    from sonic_hep.data.demo.models import write_mlp
+    from sonic_hep.framework.inference.servers import ServerPool
+    from sonic_hep.framework.inference.triton_errors import NoServerError
+
+    write_mlp(tmp_path, name="mlp")
+    write_entry(tmp_path, UNSUPPORTED, "tensorflow_savedmodel", "model.savedmodel")
+    pool = ServerPool([], repository=ModelRepository([tmp_path]), fallback_options={"workdir": str(tmp_path / "w")})
+    try:
+        assert pool.choose("mlp") is not None
+        with pytest.raises(NoServerError, match=rf"no server can run model '{UNSUPPORTED}': .*\(fallback\): cannot serve "
+                                                r"it: platform 'tensorflow_savedmodel' .*No module named 'tensorflow'"):
+            pool.choose(UNSUPPORTED)
+    finally:
+        pool.close()
+
+
 # -- the decision, without a server ---------------------------------------------------------------------
 def test_unservable_names_each_reason(tmp_path):
     write_entry(tmp_path, "tf", "tensorflow_graphdef", None)
