@@ -393,6 +393,10 @@ def plot(report: dict[str, Any], path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.in_flight, args.rounds, args.seconds = [1, 16], 1, 0.3
+    for option, values in (("--in-flight", args.in_flight), ("--rounds", [args.rounds]),
+                           ("--connections", [args.connections]), ("--min-requests", [args.min_requests])):
+        if min(values) < 1:
+            raise SystemExit(f"sonic bench server: {option} must be at least 1, not {min(values)}")
     program = h2load_program()
     version = subprocess.run([program, "--version"], capture_output=True, text=True).stdout.strip()
     out = Path(args.out)
