@@ -325,6 +325,17 @@ def test_unservable_names_each_reason(tmp_path):
     assert unservable([], sys.executable) == {}
 
 
+def test_torch_names_map_to_forward_positions_as_triton_maps_them():
+    needs_torch()
+    from sonic_hep.framework.inference.backends.pytorch.torchscript import positions
+
+    assert positions(["b__1", "a__0", "c__2"], ["x", "y", "z"]) == {"b__1": 1, "a__0": 0, "c__2": 2}
+    assert positions(["pf_mask", "pf_points"], ["pf_points", "pf_mask"]) == {"pf_mask": 1, "pf_points": 0}
+    assert positions(["u", "v"], ["x", "y"]) == {"u": 0, "v": 1}  # neither convention: the config's order
+    with pytest.raises(ValueError, match=r"__<index> suffixes must be 0\.\.1, once each"):
+        positions(["a__0", "b__0"])
+
+
 def test_direct_mode_refuses_a_tensorflow_model_naming_it(tmp_path):
     write_entry(tmp_path, "tf", "tensorflow_savedmodel", "model.savedmodel")
     with pytest.raises(InferenceError, match=r"model 'tf' is a 'tensorflow_savedmodel' model, which runs only on a "
