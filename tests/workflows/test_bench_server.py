@@ -119,3 +119,43 @@ def test_benchmark_end_to_end_agrees_with_server_statistics(tmp_path, sonic_cli)
     assert (tmp_path / "server.png").read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "server.md").read_text()
     assert "| demo_mlp | python | off | 8 |" in text and "## Goals (issue 12)" in text
+
+
+def test_miniaod_table_gives_cpu_per_event_and_says_what_was_not_measured():
+    from sonic_hep.workflows.bench import miniaod
+
+    def run(mode, event_ms, job, server):
+        modules = [{"label": "pnetAK4", "type": "ParticleNetTagger", "ms_per_event": 1.0, "fraction": 0.1}]
+        return {"mode": mode, "events": 10, "event_ms": event_ms, "events_per_s": 1000 / event_ms,
+                "job_cpu_ms": job, "server_cpu_ms": server, "modules": modules, "repeats_event_ms": [event_ms]}
+
+    results = {"machine": "m", "input": "f.root", "config": "miniaod", "streams": 1, "threads": 1, "repeat": 1,
+               "pinning": "none", "models": {"pnetAK4": "miniaod_particlenet_ak4"}, "input_mb": {"pnetAK4": 0.04},
+               "runs": [run("direct", 10.0, 8.0, None), run("sonic-python", 12.0, 6.0, 4.0)],
+               "ratios": {"sonic-python": 1.2}, "cpu_ratios": {"sonic-python": 1.25},
+               "unavailable": {"sonic-native": "the native onnxruntime backend is not available: no g++"}}
+    text = miniaod.markdown(results)
+    assert "| CPU: job (+ server) ms/evt | | | | 8.0 | | 6.0 + 4.0 = 10.0 | |" in text
+    assert "sonic-python **1.20×**" in text and "sonic-python 1.25×" in text
+    assert "sonic-native: not measured: the native onnxruntime backend is not available: no g++" in text
+
+
+def test_exatrkx_table_has_a_column_per_backend_and_cpu_per_event():
+    from sonic_hep.workflows.bench import exatrkx
+
+    def run(name, job, server):
+        return {"run": name, "events": 2, "event_ms": 50.0, "events_per_s": 20.0, "job_cpu_ms": job,
+                "server_cpu_ms": server, "modules": {label: 1.0 for _, label, _ in exatrkx.STAGES if label},
+                "server_ms": {model: 2.0 for _, _, model in exatrkx.STAGES if model},
+                "counts": {"reconstructable": 2, "reconstructed": 2, "candidates": 2, "fakes": 0, "matched": 2,
+                           "duplicates": 0}}
+
+    results = {"machine": "m", "input": "e.root", "hits_per_event": 100.0, "streams": 1, "threads": 1,
+               "runs": [run("direct", 60.0, None), run("sonic-python", 20.0, 45.0), run("ensemble-python", 8.0, 60.0)],
+               "labels_equal": {"sonic-python": True, "ensemble-python": True},
+               "unavailable": {"sonic-native": "no g++"}}
+    text = exatrkx.markdown(results)
+    assert "| stage | direct ms/evt | SONIC per stage, python-based ms/evt | SONIC ensemble, python-based (server) ms/evt |" \
+        in text
+    assert "| CPU: job (+ local server) | 60.0 | 20.0 + 45.0 = 65.0 | 8.0 + 60.0 = 68.0 |" in text
+    assert "SONIC per stage, native: not measured: no g++" in text

@@ -149,7 +149,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines.append("| CPU: job (+ server) ms/evt | | | | " + " | ".join(
         f"{r['job_cpu_ms']:.1f}" + ("" if r.get("server_cpu_ms") is None else
                                     f" + {r['server_cpu_ms']:.1f} = {r['job_cpu_ms'] + r['server_cpu_ms']:.1f}")
-        + " | " for r in results["runs"]) + "|")
+        + " |" for r in results["runs"]) + " |")
     lines.append("")
     lines.append(" · ".join(f"{r['mode']}: {r['events_per_s']:.1f} events/s" for r in results["runs"]))
     first = results["runs"][0]["mode"]
