@@ -10,7 +10,8 @@ the reason (``sonic server start --strict`` refuses instead). A model is servabl
   ``framework/inference/backends/``, or one the caller adds);
 * the engine that backend needs imports in the *server's* python (torch for ``pytorch``, tensorflow for
   ``tensorflow``; onnxruntime is a dependency of sonic-hep and not probed);
-* its model file exists (``<version>/model.pt`` ...), for backends that read one;
+* its model file exists (``<version>/model.pt`` ..., or the config's ``default_model_filename``), for the
+  platforms whose file name Triton knows;
 * for an ensemble, every step model is served.
 
 Example::
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .repository import ModelInfo, backend_of
+from .repository import DEFAULT_MODEL_FILES, ModelInfo, backend_of
 
 #: backends the pip Triton runs without a backend folder of ours
 BUILTIN = frozenset({"python", "ensemble"})
@@ -76,7 +77,8 @@ def reason(info: ModelInfo, python: str, backends: set[str]) -> str:
         if problem:
             return (f"{what} runs on the python-based {backend!r} backend, which needs {module} in the server's "
                     f"python ({python}): {problem}")
-    if backend not in BUILTIN and info.path is not None:
+    knows_file = bool(info.config.default_model_filename) or info.platform in DEFAULT_MODEL_FILES
+    if backend not in BUILTIN and info.path is not None and knows_file:  # a custom backend reads what it likes
         path = info.model_file()
         if not path.exists():
             return f"{what}: its model file {path} does not exist"

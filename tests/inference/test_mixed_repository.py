@@ -323,6 +323,11 @@ def test_unservable_names_each_reason(tmp_path):
     assert skipped["steps"].startswith("ensemble step 'tf' is not served (platform 'tensorflow_graphdef'")
     assert skipped["outer"].startswith("ensemble step 'steps' is not served (ensemble step 'tf'")
     assert unservable([], sys.executable) == {}
+    custom = write_entry(tmp_path, "custom", "", None)  # a backend of the caller's, reading files of its own
+    (custom / "config.pbtxt").write_text((custom / "config.pbtxt").read_text() + 'backend: "mine"\n')
+    info = ModelRepository([tmp_path]).get("custom")
+    assert unservable([info], sys.executable, extra_backends=["mine"]) == {}
+    assert "this server has no 'mine' backend" in unservable([info], sys.executable)["custom"]
 
 
 def test_torch_names_map_to_forward_positions_as_triton_maps_them():
