@@ -165,7 +165,7 @@ def server_pids(fleet_dir: Path) -> list[int]:
 
 def assert_equal_to_direct(task: Task, config: Path, events: int, tmp_path: Path) -> None:
     merge(task, tmp_path / "merged.root")
-    direct = single_run(config, [], tmp_path / "direct.root")
+    direct = single_run(config, [], tmp_path / "direct.root", ("pace.ms=0", "options.streams=4"))  # same events
     with uproot.open(tmp_path / "merged.root") as m, uproot.open(direct) as d:
         assert m["Events"].num_entries == d["Events"].num_entries == events
         assert ak.all(m["Events"]["nToyJet"].array() == d["Events"]["nToyJet"].array())
@@ -209,7 +209,7 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
     config = paced_config(tmp_path / "paced.yaml", events, pace_ms=80.0)  # ~12 s per job: servers join meanwhile
     try:
         start = sonic_cli(*fleet_args(fleet_dir, "slurm", 2, "--min-servers", "2", "--max-servers", "3",
-                                      "--scale-threshold-ms", "0", "--scale-window-s", "2", "--scale-idle-s", "4",
+                                      "--scale-threshold-ms", "0", "--scale-window-s", "2", "--scale-idle-s", "2",
                                       "-E", "time=00:10:00"), env=slurm.env, check=True)
         assert len(start.stdout.splitlines()) == 2  # both servers registered: "0000: 127.0.0.1:P serving demo_mlp"
         fleet = Fleet(fleet_dir)
