@@ -130,7 +130,7 @@ def test_resources_become_each_batch_systems_own_words(tmp_path):
 
 
 # -- end to end ------------------------------------------------------------------------------------------
-def paced_config(path: Path, events: int, pace_ms: float = 20.0) -> Path:
+def paced_config(path: Path, events: int, pace_ms: float = 20.0, fleet_tls: dict | None = None) -> Path:
     """demo_inference with an external wait of ``pace_ms`` per event beside the tagger: each job lasts seconds,
     and sends one inference request per event the whole time."""
     config = {
@@ -145,6 +145,8 @@ def paced_config(path: Path, events: int, pace_ms: float = 20.0) -> Path:
                                    "timeout_s": 10.0}},
         "options": {"streams": 2, "threads": 1},
     }
+    if fleet_tls:
+        config["services"]["inference"]["fleet_tls"] = fleet_tls
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -267,15 +269,23 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
 @pytest.mark.triton
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("executor", ["local", "dask"])
-def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path, sonic_cli, executor):
-    """local: the manager replaces the cancelled server; dask: the fleet stops by itself when its task ends."""
+def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path, sonic_cli, executor, request):
+    """local, with mutual TLS: the manager replaces the cancelled server, a client without a certificate is
+    refused; dask: the fleet stops by itself when its task ends."""
     fleet_dir, events = tmp_path / "fleet", 2 * 300
-    config = paced_config(tmp_path / "paced.yaml", events)
+    tls = executor == "local"
+    certs = request.getfixturevalue("pki") if tls else {}
+    credentials = {"private_key": certs["client_key"], "certificate_chain": certs["client_cert"]} if tls else None
+    config = paced_config(tmp_path / "paced.yaml", events, fleet_tls=credentials)
+    extra = ["--tls-cert", certs["server_cert"], "--tls-key", certs["server_key"], "--tls-root-cert", certs["ca"],
+             "--tls-ca", certs["ca"], "--tls-client-cert", certs["client_cert"], "--tls-client-key",
+             certs["client_key"]] if tls else ["--stop-with-tasks"]
     try:
-        sonic_cli(*fleet_args(fleet_dir, executor, 2, *(["--stop-with-tasks"] if executor == "dask" else [])),
-                  check=True)
+        sonic_cli(*fleet_args(fleet_dir, executor, 2, *extra), check=True)
         fleet = Fleet(fleet_dir)
         cancelled = fleet.members()[0]
+        if tls:  # what clients trust comes with the entry
+            assert cancelled.entry.ssl and cancelled.entry.root_certificates == certs["ca"]
         sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", executor, "--events-per-job", "300",
                   "--max-running", "2", "--fleet", fleet_dir, check=True)
         task = Task(tmp_path / "task")
@@ -295,33 +305,13 @@ def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path
         else:  # the manager replaced the cancelled server (min 2): a third job registered
             wait_for(lambda: len(fleet.members()) == 3 and member_running(fleet, 2), 90, "a replacement server")
             assert [d["action"] for d in fleet.decisions()] == ["up"] and "< min 2" in fleet.decisions()[0]["reason"]
+            refused = sonic_cli("run", "demo_inference", "-n", "5", "-o", tmp_path / "refused.root", "--fleet",
+                                fleet_dir, "-p", "services.inference.fallback=false",
+                                "-p", "services.inference.fleet_wait_s=0")  # no client certificate
+            assert refused.returncode == 1 and "no server can run model 'demo_mlp'" in refused.stderr, refused.stderr
     finally:
         stop_and_check_nothing_left(sonic_cli, fleet_dir)
     drivers_gone(fleet_dir)
-
-
-@pytest.mark.slow
-@pytest.mark.triton
-@pytest.mark.timeout(200)
-def test_a_mutual_tls_fleet_serves_only_clients_with_a_certificate(tmp_path, sonic_cli, pki):
-    fleet_dir = tmp_path / "fleet"
-    try:
-        sonic_cli(*fleet_args(fleet_dir, "local", 1, "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
-                              "--tls-root-cert", pki["ca"], "--tls-ca", pki["ca"], "--tls-client-cert",
-                              pki["client_cert"], "--tls-client-key", pki["client_key"]), check=True)
-        entry = Fleet(fleet_dir).members()[0].entry
-        assert entry.ssl and entry.root_certificates == pki["ca"]  # what clients trust comes with the entry
-        job = ["run", "demo_inference", "-n", "40", "--fleet", fleet_dir, "-p", "services.inference.fallback=false",
-               "-p", "services.inference.fleet_wait_s=0"]
-        refused = sonic_cli(*job, "-o", tmp_path / "refused.root")
-        assert refused.returncode == 1 and f"no server can run model 'demo_mlp': {entry.address}" in refused.stderr
-        credentials = f"services.inference.fleet_tls={{private_key: '{pki['client_key']}', " \
-                      f"certificate_chain: '{pki['client_cert']}'}}"
-        sonic_cli(*job, "-o", tmp_path / "ok.root", "--timing-json", tmp_path / "t.json", "-p", credentials, check=True)
-        inference = json.loads((tmp_path / "t.json").read_text())["inference"]
-        assert list(inference["models"]["demo_mlp"]["servers"]) == [entry.address]
-    finally:
-        stop_and_check_nothing_left(sonic_cli, fleet_dir)
 
 
 @pytest.mark.triton
