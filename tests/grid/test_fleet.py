@@ -286,6 +286,9 @@ def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path
         cancelled = fleet.members()[0]
         if tls:  # what clients trust comes with the entry
             assert cancelled.entry.ssl and cancelled.entry.root_certificates == certs["ca"]
+        shown = json.loads(sonic_cli("fleet", "status", fleet_dir, "--json", check=True).stdout)
+        assert [(m["state"], m["registered"], m["models"]) for m in shown["members"]] == \
+            [("running", True, ["demo_mlp"])] * 2 and shown["manager"] is not None
         sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", executor, "--events-per-job", "300",
                   "--max-running", "2", "--fleet", fleet_dir, check=True)
         task = Task(tmp_path / "task")
