@@ -114,7 +114,7 @@ def test_resources_become_each_batch_systems_own_words(tmp_path):
     fleet = Fleet.create(tmp_path / "s", FleetSpec([str(DEMO)], executor="slurm", executor_options=slurm_options), 2)
     script = SlurmExecutor(fleet.task, slurm_options).script([0, 1], 0, 2)
     for line in ("#SBATCH --gres=gpu:1", "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16G", "#SBATCH --partition=gpu",
-                 "#SBATCH --job-name=sonic-fleet", f"sonic_hep.workflows.grid.job {fleet.directory}"):
+                 "#SBATCH --job-name=sonic-fleet-s", f"sonic_hep.workflows.grid.job {fleet.directory}"):
         assert line in script, line
 
     condor_options = executor_options("condor", {}, cpus=2, mem="8GB", gpus=1)
@@ -217,6 +217,7 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
         fleet = Fleet(fleet_dir)
         script = next((fleet_dir / "logs").glob("slurm-submit-*.sh")).read_text()
         assert "#SBATCH --cpus-per-task=1" in script and "#SBATCH --time=00:10:00" in script
+        assert "#SBATCH --job-name=sonic-fleet-fleet" in script  # squeue --name finds a fleet's server jobs
         cancelled = fleet.members()[0]
 
         sonic_cli("submit", config, "-d", tmp_path / "task", "--executor", "slurm", "--events-per-job", "300",
@@ -260,7 +261,7 @@ def test_slurm_fleet_serves_four_jobs_through_a_cancelled_server_and_scales_up_a
     finally:
         fleet = stop_and_check_nothing_left(sonic_cli, fleet_dir, slurm.env)
         slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=NO")
-    queued = slurm.run("squeue", "--noheader", "--name=sonic-fleet", "--format=%i %T")
+    queued = slurm.run("squeue", "--noheader", "--name=sonic-fleet-fleet", "--format=%i %T")
     assert queued.stdout.strip() == "", queued.stdout  # no server job left in Slurm
     assert all(d["servers"] + d["starting"] < 3 for d in fleet.decisions() if d["action"] == "up")  # never above max
 

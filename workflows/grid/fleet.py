@@ -208,7 +208,7 @@ class Fleet:
             (root / sub).mkdir(parents=True, exist_ok=True)
         (root / "config.yaml").write_text(yaml.safe_dump({"process": "fleet", "options": {"threads": int(cpus)}}))
         write_json(root / FLEET_FILE, asdict(spec))
-        description = TaskDescription(name="fleet", config_source=str(root / FLEET_FILE), overrides=[],
+        description = TaskDescription(name=f"fleet-{root.name}", config_source=str(root / FLEET_FILE), overrides=[],
                                       workdir=plain(os.getcwd(), "working directory"), inputs=[], splitting={},
                                       njobs=0, executor=spec.executor, executor_options=dict(spec.executor_options),
                                       max_retries=0)
