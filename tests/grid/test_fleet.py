@@ -78,6 +78,45 @@ def test_no_shrinking_while_the_queue_is_above_the_threshold():
     assert scaler.decide(50, Sample(20.0, {"0000": 5, "0001": 0})).action == "hold"
 
 
+def test_the_metric_is_the_fleets_queue_time_per_request_over_the_interval(monkeypatch):
+    from sonic_hep.framework.inference.fleet_directory import Entry
+    from sonic_hep.framework.inference.triton_errors import RequestError
+    from sonic_hep.workflows.grid import fleet_manager
+    from sonic_hep.workflows.grid.fleet import Member
+
+    counters = {"a:1": [0, 0], "b:2": [100, 7_000_000]}  # cumulative requests, queue ns (Triton's statistics)
+    down: set[str] = set()
+
+    class Connection:  # Triton's statistics API, as ServerConnection gives it
+        def __init__(self, spec):
+            self.address = spec.address
+
+        def statistics(self):
+            if self.address in down:
+                raise RequestError("*", self.address, "DEADLINE_EXCEEDED", "no answer", "retry")
+            requests, queue_ns = counters[self.address]
+            return {("m", "1"): {"requests": requests, "queue_ns": queue_ns}}
+
+        def close(self, grace_s=0.0):
+            pass
+
+    class FakeFleet:
+        def members(self):
+            return [Member(0, "running", entry=Entry("0000", "a:1")), Member(1, "running", entry=Entry("0001", "b:2")),
+                    Member(2, "pending"), Member(3, "running", entry=Entry("0003", "c:3"), stopping=True)]
+
+    monkeypatch.setattr(fleet_manager, "ServerConnection", Connection)
+    sampler = fleet_manager.Sampler()
+    first = sampler.sample(FakeFleet())  # the baseline: nothing answered *in the interval* yet
+    assert (first.queue_ms, first.requests, first.starting) == (None, {"0000": 0, "0001": 0}, 1)
+    counters["a:1"] = [10, 50_000_000]  # 10 requests waited 50 ms in all
+    counters["b:2"] = [130, 37_000_000]  # 30 more waited 30 ms
+    second = sampler.sample(FakeFleet())
+    assert second.queue_ms == pytest.approx(80 / 40) and second.requests == {"0000": 10, "0001": 30}
+    down.add("b:2")  # statistics late: counted as running, not idle
+    assert sampler.sample(FakeFleet()).requests == {"0000": 0, "0001": -1}
+
+
 def test_bad_bounds_are_one_line():
     with pytest.raises(GridError, match=r"--min-servers \(3\) <= --max-servers \(2\)"):
         Rule(min_servers=3, max_servers=2)
