@@ -19,6 +19,7 @@ Run a reproducible benchmark; each writes its tables (Markdown, JSON) and plots 
 examples:
   sonic bench framework --io-events 50000
   sonic bench miniaod --events 200
+  sonic bench server --backends python native --in-flight 1 16 64
   sonic bench protodune --scale small --events 3 --out results/protodune
   sonic bench scale --workflow miniaod --jobs 1 2 4 8 --servers 1 2 --other-ms 60
 
