@@ -468,6 +468,23 @@ def test_concurrent_builds_never_expose_a_partial_library(tmp_path):
     assert not list((tmp_path / "xdg").rglob(".build-*"))
 
 
+def test_a_wrong_onnxruntime_function_table_is_refused_at_build_time(tmp_path, monkeypatch):
+    """The build's check calls onnxruntime through the declared positions: a wrong one (here GetErrorCode read
+    from the next entry) is refused with one line and nothing is cached."""
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    for name in build.SOURCES:
+        (sources / name).write_bytes((build.HERE / name).read_bytes())
+    table = (sources / "ort_api.h").read_text()
+    assert "X(1, GetErrorCode," in table
+    (sources / "ort_api.h").write_text(table.replace("X(1, GetErrorCode,", "X(2, GetErrorCode,"))
+    monkeypatch.setattr(build, "HERE", sources)
+    monkeypatch.setattr(build, "cache_folders", lambda: [tmp_path / "cache"])
+    with pytest.raises(build.NativeUnavailable, match="the API table does not match"):
+        build.native_library()
+    assert not list((tmp_path / "cache").rglob("*.so"))
+
+
 def test_check_refuses_a_library_that_does_not_load(tmp_path):
     bogus = tmp_path / build.LIBRARY_NAME
     bogus.write_bytes(b"not a library")

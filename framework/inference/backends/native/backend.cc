@@ -732,7 +732,8 @@ std::string run(Instance* self, const std::vector<Pending*>& members) {
 
 // ---------------------------------------------------------------------------------------------------- entry points
 // A check that needs no server: opens onnxruntime through the same table and calls the cheap functions whose
-// answers are known. 0 and the onnxruntime version in `out`, or 1 and why not.
+// answers are known (status, provider list, session options, memory info, CUDA options). 0 and the onnxruntime
+// version in `out`, or 1 and why not.
 SONIC_EXPORT int sonic_native_probe(char* out, size_t size) {
   Runtime rt;
   std::string problem = open_runtime(&rt, false);
@@ -749,6 +750,18 @@ SONIC_EXPORT int sonic_native_probe(char* out, size_t size) {
     if (problem.empty()) problem = status_text(rt.ort, rt.ort.SetIntraOpNumThreads(options, 1));
     if (problem.empty()) problem = status_text(rt.ort, rt.ort.SetSessionGraphOptimizationLevel(options, kOrtEnableAll));
     if (options) rt.ort.ReleaseSessionOptions(options);
+  }
+  if (problem.empty()) {  // the CUDA entries: created and released with onnxruntime-gpu, "not enabled" without
+    OrtCUDAProviderOptionsV2* cuda = nullptr;
+    std::string created = status_text(rt.ort, rt.ort.CreateCUDAProviderOptions(&cuda));
+    const char* keys[] = {"device_id"};
+    const char* values[] = {"0"};
+    std::string updated = status_text(rt.ort, rt.ort.UpdateCUDAProviderOptions(cuda, keys, values, 1));
+    if (rt.cuda ? !(created.empty() && updated.empty())
+                : (created.find("CUDA") == std::string::npos || updated.find("CUDA") == std::string::npos))
+      problem = "onnxruntime's CUDA option functions do not answer as expected: the API table does not match (" +
+                created + updated + ")";
+    if (cuda) rt.ort.ReleaseCUDAProviderOptions(cuda);
   }
   if (rt.cpu) rt.ort.ReleaseMemoryInfo(rt.cpu);
   std::snprintf(out, size, "%s", problem.empty() ? rt.version.c_str() : problem.c_str());
