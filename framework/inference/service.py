@@ -203,7 +203,8 @@ class InferenceService(Service):
         stats = self._client.statistics()
         if self.auto_reason:
             stats = {**stats, "auto": self.auto_reason}
-        lines = [f"mode {stats.get('mode', self.settings.mode)}" + (f" ({self.auto_reason})" if self.auto_reason else ""),
+        chosen = f" ({self.auto_reason})" if self.auto_reason else ""
+        lines = [f"mode {stats.get('mode', self.settings.mode)}{chosen}",
                  f"{'model':<24} {'calls':>7} {'requests':>9} {'rows':>9} {'client ms/call':>15}"]
         for model, c in stats.get("models", {}).items():
             per = 1000 * c["seconds"] / c["calls"] if c["calls"] else 0.0

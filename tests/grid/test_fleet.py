@@ -160,7 +160,7 @@ def test_resources_become_each_batch_systems_own_words(tmp_path):
     assert condor_options == {"request_cpus": 2, "request_memory": "8GB", "extra": {"request_gpus": "1"}}
     fleet = Fleet.create(tmp_path / "c", FleetSpec([str(DEMO)], executor="condor", executor_options=condor_options), 1)
     description = CondorExecutor(fleet.task, condor_options).description(None)
-    assert (description["request_gpus"], description["request_cpus"], description["request_memory"]) == ("1", "2", "8GB")
+    assert [description[k] for k in ("request_gpus", "request_cpus", "request_memory")] == ["1", "2", "8GB"]
     assert str(fleet.directory) in description["arguments"]
     assert executor_options("dask", {}, cpus=2, mem="4GiB", time_limit="01:00:00") == \
         {"cores": 2, "memory": "4GiB", "walltime": "01:00:00"}

@@ -118,7 +118,8 @@ def test_pool_takes_in_joining_servers_and_retires_leaving_ones(demo_server, tmp
             named.remove(demo_server.grpc_url)  # its job ended: chosen for nothing new
             pool.rediscover()
             assert [c.address for c in pool.candidates("demo_mlp")] == [second.grpc_url]
-            assert not pool.usable(next(s.connection for s in pool.states if s.connection.address == demo_server.grpc_url))
+            first = next(s.connection for s in pool.states if s.connection.address == demo_server.grpc_url)
+            assert not pool.usable(first)
             x = {"x": np.zeros((3, 16), "float32")}
             assert client.infer("demo_mlp", x).result(30)["probs"].shape == (3, 4)
 
@@ -170,7 +171,8 @@ def test_cuda_visible_devices_hiding_every_gpu_means_none(monkeypatch):
 def test_auto_on_a_machine_without_gpu_goes_through_sonic_and_the_report_says_so(tmp_path, sonic_cli, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     result = sonic_cli("run", "demo_inference", "-n", "20", "-o", tmp_path / "out.root", "--inference", "auto",
-                       "--timing-json", tmp_path / "t.json", "-p", "services.inference.fallback_server={models: [demo_mlp]}",
+                       "--timing-json", tmp_path / "t.json",
+                       "-p", "services.inference.fallback_server={models: [demo_mlp]}",
                        check=True, env={"CUDA_VISIBLE_DEVICES": ""})
     inference = json.loads((tmp_path / "t.json").read_text())["inference"]
     assert inference["mode"] == "sonic" and inference["auto"] == "auto: no GPU visible to this job, so SONIC"

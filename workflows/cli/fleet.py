@@ -54,7 +54,8 @@ def start(args: argparse.Namespace) -> int:
           f"{manager.pid} (min {rule.min_servers}, max {rule.max_servers} servers)", file=sys.stderr)
     if args.wait and servers:
         for entry in fleet.wait_ready(servers, args.timeout):
-            print(f"{entry.name}: {entry.address} {'(TLS) ' if entry.ssl else ''}serving {', '.join(sorted(entry.models))}")
+            tls = "(TLS) " if entry.ssl else ""
+            print(f"{entry.name}: {entry.address} {tls}serving {', '.join(sorted(entry.models))}")
     return 0
 
 
@@ -103,7 +104,8 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("fleet", help="Triton servers as batch jobs: start, status, stop (clients: --fleet DIR)",
+    parser = sub.add_parser("fleet", help="Triton servers as batch jobs: start, status, scale, stop "
+                                          "(clients: --fleet DIR)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 

@@ -362,7 +362,7 @@ class Fleet:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def wait_ready(self, count: int, timeout: float, poll_s: float = 0.5) -> list[Entry]:
-        """Waits until ``count`` servers registered; a server job that failed meanwhile ends the wait with its reason."""
+        """Waits until ``count`` servers registered; a server job that failed meanwhile ends the wait (with why)."""
         deadline = time.monotonic() + timeout
         while True:
             members = self.members()
