@@ -117,6 +117,20 @@ def test_the_metric_is_the_fleets_queue_time_per_request_over_the_interval(monke
     assert sampler.sample(FakeFleet()).requests == {"0000": 0, "0001": -1}
 
 
+def test_stop_removes_the_entry_a_killed_server_job_left(tmp_path):
+    from sonic_hep.framework.inference.fleet_directory import Entry, read_entries, register
+    from sonic_hep.workflows.grid.fleet import FleetSpec
+    from sonic_hep.workflows.grid.records import JobReport, Submission
+
+    fleet = Fleet.create(tmp_path / "fleet", FleetSpec([str(DEMO)]), 1)
+    files = fleet.task.files(0)
+    Submission(attempt=1, executor="local", batch_id="local:999999@elsewhere").save(files.submission)
+    JobReport(attempt=1, state="failed", reason="killed").save(files.report)  # as the driver records a SIGKILL
+    register(fleet.directory, Entry(name="0000", address="127.0.0.1:1", pid=999999, host="elsewhere"))
+    assert [m.state for m in fleet.stop(timeout=5)] == ["failed"]
+    assert read_entries(fleet.directory) == [] and fleet.stopping
+
+
 def test_bad_bounds_are_one_line():
     with pytest.raises(GridError, match=r"--min-servers \(3\) <= --max-servers \(2\)"):
         Rule(min_servers=3, max_servers=2)

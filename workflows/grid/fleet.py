@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from ...framework.inference.fleet_directory import FLEET_FILE, HEARTBEAT_S, TTL_S, Entry, read_entries
+from ...framework.inference.fleet_directory import FLEET_FILE, HEARTBEAT_S, TTL_S, Entry, deregister, read_entries
 from ...framework.inference.owner import ProcessId
 from .batch_text import plain
 from .errors import GridError
@@ -335,6 +335,9 @@ class Fleet:
             members = self.members()
             left = [m for m in members if m.state in ("pending", "running")]
             if not left and (manager is None or not manager.alive()):
+                for member in members:
+                    if member.entry is not None:  # a server job killed with SIGKILL could not remove its own
+                        deregister(self.directory, member.name)
                 return members
             if time.monotonic() > deadline:
                 if cancelled:
