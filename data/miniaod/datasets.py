@@ -130,6 +130,7 @@ def tau_sample(files: list[str], max_events: int = -1, jet_keep: float = 0.35) -
     """DeepTau inputs of every τ candidate with its class; jet fakes (most candidates) are kept with
     probability ``jet_keep``."""
     requests = {"Tau": (*deeptau_inputs.TAU_FIELDS, "genPartFlav"), "PFCands": deeptau_inputs.PF_FIELDS,
+                "Electron": deeptau_inputs.ELECTRON_FIELDS, "Muon": deeptau_inputs.MUON_FIELDS,
                 "fixedGridRhoFastjetAll": None}
     taus, labels, pts = [], [], []
     cells: dict[str, list[list[np.ndarray]]] = {name: [[], [], [], []] for name in TAU_GRID_NAMES}
@@ -142,7 +143,8 @@ def tau_sample(files: list[str], max_events: int = -1, jet_keep: float = 0.35) -
         if keep.size == 0:
             continue
         tau = {k: v[keep] for k, v in tau.items()}
-        x = deeptau_inputs.deeptau_inputs(event["PFCands"], tau, float(event["fixedGridRhoFastjetAll"]))
+        x = deeptau_inputs.deeptau_inputs(event["PFCands"], tau, float(event["fixedGridRhoFastjetAll"]),
+                                          {"Electron": event["Electron"], "Muon": event["Muon"]})
         taus.append(x["input_tau"])
         labels.append(label[keep])
         pts.append(tau["pt"])

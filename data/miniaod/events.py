@@ -13,6 +13,7 @@ import numpy as np
 from . import truth
 from .detector import Particles, PFCandidates, simulate
 from .jets import Jets, cluster
+from .leptons import reconstruct_leptons
 from .lost_tracks import find_lost_tracks
 from .matching import nearest
 from .pileup import generate_pileup
@@ -144,6 +145,9 @@ def make_branches(rng: np.random.Generator, batch: GenBatch, settings: Settings)
     cands.puppiWeight = puppi_weights(cands, n)
     # lost tracks draw from a generator of their own: every other branch stays what the seed gave before
     lost = find_lost_tracks(np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]), particles, cands)
+    # so do the reconstructed electrons and muons (added after the lost tracks: a second child stream)
+    electrons, muons = reconstruct_leptons(np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0]), particles,
+                                           cands)
     charged = cands.charge != 0
     ak4 = cluster(cands, n, ~(charged & (cands.fromPV == 0)), None, 0.4, settings.ak4_min_pt)
     ak8 = cluster(cands, n, cands.puppiWeight > 0.01, cands.puppiWeight, 0.8, settings.ak8_min_pt)
@@ -184,6 +188,10 @@ def make_branches(rng: np.random.Generator, batch: GenBatch, settings: Settings)
                  "trkQuality", "hcalFraction", "genOrigin")
     branches["PFCands"] = _jagged(cands.event, n, {f: _narrow(getattr(cands, f)) for f in pf_fields})
     branches["LostTracks"] = _jagged(lost.event, n, {f: _narrow(v) for f, v in vars(lost).items() if f != "event"})
+    for name, leptons in (("Electron", electrons), ("Muon", muons)):
+        event = leptons.pop("event")
+        leptons["pfCandIdx"] = leptons["pfCandIdx"] - cands_first[event]
+        branches[name] = _jagged(event, n, {k: _narrow(v) for k, v in leptons.items()})
     branches["Jet"] = _jagged(ak4.event, n, {
         "pt": ak4.pt.astype(f32), "eta": ak4.eta.astype(f32), "phi": ak4.phi.astype(f32), "mass": ak4.mass.astype(f32),
         "nConstituents": ak4.n_constituents.astype(np.int32), "hadronFlavour": ak4_hadron, "partonFlavour": ak4_parton,

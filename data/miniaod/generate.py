@@ -4,7 +4,8 @@ Writes a ROOT file (TTree ``Events``) in NanoAOD/PF-NanoAOD naming: ``PFCands_*`
 and ``FatJet_*`` (AK8 PUPPI) with constituents as ``JetPFCands_*``/``FatJetPFCands_*`` index pairs,
 ``SV_*``, ``Tau_*``, ``MET_*``, ``PuppiMET_*``, and truth: ``Jet_hadronFlavour``/``partonFlavour``,
 ``FatJet_label``, ``GenMET_*``, ``GenVisTau_*``, ``Tau_genPartFlav``, ``PFCands_genOrigin``; ``LostTracks_*``
-(tracks no PF candidate carries, see lost_tracks.py).
+(tracks no PF candidate carries, see lost_tracks.py); ``Electron_*`` and ``Muon_*`` (reconstructed
+leptons with the detector variables DeepTau reads, see leptons.py).
 
 Examples::
 

@@ -2,7 +2,9 @@
 
 Inputs in CMS's DeepTau v2 layout (see ``deeptau_inputs.py``): ``input_tau [43]``, and per grid
 (``inner`` 11 × 11, ``outer`` 21 × 21) ``input_<grid>_egamma [n, n, 86]``, ``..._muon [n, n, 64]``,
-``..._hadrons [n, n, 38]``. Output: four probabilities (e, μ, τ, jet — CMS's order) per τ.
+``..._hadrons [n, n, 38]``; the reco-electron and reco-muon channels come from the ``Electron`` and
+``Muon`` collections when the file has them (optional inputs: else those channels are 0).
+Output: four probabilities (e, μ, τ, jet — CMS's order) per τ.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from ...framework import InputTag, Output, Param
 from ...framework.errors import ConfigError
 from ...framework.inference import InferenceProducer
 from .columns import columns
-from .deeptau_inputs import PF_FIELDS, TAU_FIELDS, deeptau_inputs
+from .deeptau_inputs import ELECTRON_FIELDS, MUON_FIELDS, PF_FIELDS, TAU_FIELDS, deeptau_inputs
 
 CLASSES = ("e", "mu", "tau", "jet")
 
@@ -27,6 +29,10 @@ class DeepTauProducer(InferenceProducer):
     taus = InputTag("Tau", fields=TAU_FIELDS, doc="τ candidates with their pat::Tau-like variables")
     pfcands = InputTag("PFCands", fields=PF_FIELDS, doc="PF candidates (MiniAOD packedPFCandidates)")
     rho = InputTag("fixedGridRhoFastjetAll", doc="event energy density ρ (GeV per unit area)")
+    electrons = InputTag("Electron", fields=ELECTRON_FIELDS, optional=True,
+                         doc="reconstructed electrons (DeepTau's ele_* channels; absent: those channels are 0)")
+    muons = InputTag("Muon", fields=MUON_FIELDS, optional=True,
+                     doc="reconstructed muons (DeepTau's muon_* channels; absent: those channels are 0)")
     model = Param(str, "miniaod_deeptau", doc="model name in the repository")
     scores = Output("per τ (collection): e, mu, tau, jet probabilities and VSe, VSmu, VSjet")
 
@@ -41,7 +47,9 @@ class DeepTauProducer(InferenceProducer):
         tau = columns(event.get(self.taus), TAU_FIELDS)
         if len(tau["pt"]) == 0:
             return None
-        inputs = deeptau_inputs(columns(event.get(self.pfcands), PF_FIELDS), tau, float(event.get(self.rho)))
+        leptons = {"Electron": columns(event.get(self.electrons), ELECTRON_FIELDS),
+                   "Muon": columns(event.get(self.muons), MUON_FIELDS)}  # absent: no rows, channels 0
+        inputs = deeptau_inputs(columns(event.get(self.pfcands), PF_FIELDS), tau, float(event.get(self.rho)), leptons)
         return self.infer(inputs, [self._output])
 
     def produce(self, event, result) -> None:

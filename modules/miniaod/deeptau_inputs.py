@@ -5,10 +5,12 @@ and hadron (38) variables per cell — the names, order and sizes of CMS's ``Dee
 
 Each cell holds, per object type, the highest-pT object in it (CMS's ``fillGrids``); the four common
 variables (ρ, τ pT, τ η, ECAL-crack flag) are set in cells where the block has an object. Types:
-PF electrons, photons, muons, charged and neutral hadrons; the "reco" electron and muon of CMS's
-blocks are the PF electron and muon here (this sample has no separate reco-lepton collections), so
-their detector-specific variables (cluster shapes, muon-station matches...) are 0. Values are raw
-(CMS scales them in the producer; the project's model standardises them in its first layer).
+PF electrons, photons, muons, charged and neutral hadrons, and CMS's reconstructed electrons
+(``ele_*``: cluster energies, E/p, brem, shower shape, GSF track) and muons (``muon_*``: global-track
+quality, segment and calo compatibility, matches and hits per muon station) from the ``Electron`` and
+``Muon`` collections (:data:`ELECTRON_FIELDS`, :data:`MUON_FIELDS`); without them those channels are
+0, as for a τ with no reco lepton near it. Values are raw (CMS scales them in the producer; the
+project's model standardises them in its first layer).
 """
 
 from __future__ import annotations
@@ -68,12 +70,25 @@ HADRON_BLOCK = COMMON + tuple(f"pfCand_chHad_{v}" for v in (
 BLOCKS = {"egamma": EGAMMA_BLOCK, "muon": MUON_BLOCK, "hadrons": HADRON_BLOCK}
 GRIDS = {"inner": (11, 0.02), "outer": (21, 0.05)}
 
-#: object types of the cells: the PF candidates (by |pdgId|) and, as stand-ins, the reco e and μ
+#: object types of the cells: PF candidates by |pdgId|; the reco leptons ("ele", "muon") by collection
 TYPES = {"pfCand_ele": 11, "pfCand_gamma": 22, "pfCand_muon": 13, "pfCand_chHad": 211, "pfCand_nHad": 130,
-         "ele": 11, "muon": 13}
-#: variables of the reco-lepton stand-ins that a PF candidate provides; the rest are 0
-RECO_PROXY = {"valid", "rel_pt", "deta", "dphi", "dxy", "dxy_sig", "normalizedChi2_valid", "normalizedChi2",
-              "numberOfValidHits"}
+         "ele": 0, "muon": 0}
+#: reco-lepton collections read for the ``ele_*`` and ``muon_*`` channels
+LEPTON_PREFIX = {"Electron": "ele", "Muon": "muon"}
+
+_STATIONS = tuple(f"{system}{k}" for system in ("DT", "CSC", "RPC") for k in range(1, 5))
+ELECTRON_FIELDS = (
+    "pt", "eta", "phi", "ecalEnergy", "ecalEnergyError", "trackMomentumAtVtx", "trackMomentumAtCalo",
+    "trackMomentumOut", "trackMomentumAtEleClus", "trackMomentumAtVtxWithConstraint", "eSuperClusterOverP",
+    "eSeedClusterOverP", "eSeedClusterOverPout", "eEleClusterOverPout", "deltaEtaSuperClusterTrackAtVtx",
+    "deltaEtaSeedClusterTrackAtCalo", "deltaEtaEleClusterTrackAtCalo", "deltaPhiEleClusterTrackAtCalo",
+    "deltaPhiSuperClusterTrackAtVtx", "deltaPhiSeedClusterTrackAtCalo", "earlyBrem", "lateBrem", "sigmaEtaEta",
+    "hadEnergy", "mvaDeltaEta", "gsfTrackNormChi2", "gsfTrackValidHits", "gsfTrackPt", "gsfTrackPtError",
+    "hasClosestCtfTrack", "closestCtfTrackNormChi2", "closestCtfTrackValidHits", "ccEleEnergy", "ccGammaEnergy",
+    "ccNGamma")
+MUON_FIELDS = ("pt", "eta", "phi", "dxy", "dxyErr", "normalizedChi2", "numberOfValidHits", "segmentCompatibility",
+               "caloCompatibility", "pfEcalEnergy", *(f"nMatches{s}" for s in _STATIONS),
+               *(f"nHits{s}" for s in _STATIONS))
 
 PF_FIELDS = ("pt", "eta", "phi", "charge", "pdgId", "dxy", "dz", "dxyError", "dzError", "vx", "vy", "vz",
              "puppiWeight", "fromPV", "pvAssocQuality", "lostInnerHits", "numberOfPixelHits", "trkChi2",
@@ -152,9 +167,53 @@ def _object_variables(pf: Mapping[str, np.ndarray], cand: np.ndarray, tau: Mappi
         "dz": pf["dz"][cand], "dz_sig": _ratio(np.abs(pf["dz"][cand]), pf["dzError"][cand]),
         "track_chi2_ndof": pf["trkChi2"][cand], "track_ndof": np.where(track, 2 * (pixel + 10) - 5, 0),
         "hcalFraction": pf["hcalFraction"][cand], "rawCaloFraction": np.where(track, 1.0, 0.0),
-        "normalizedChi2_valid": track, "normalizedChi2": pf["trkChi2"][cand],
-        "numberOfValidHits": np.where(track, pixel + 10, 0),
     }
+    return out
+
+
+def _lepton_variables(prefix: str, lep: Mapping[str, np.ndarray], i: np.ndarray, tau: Mapping[str, np.ndarray],
+                      t: np.ndarray) -> dict[str, np.ndarray]:
+    """Per reco electron (``prefix="ele"``) or muon (``"muon"``) ``i`` near τ ``t``: CMS's variables
+    without the prefix (``rel_*`` divided by the lepton's pT, ``*_sig`` by the error)."""
+    pt = lep["pt"][i]
+    out = {"valid": np.ones(i.size), "rel_pt": pt / tau["pt"][t], "deta": lep["eta"][i] - tau["eta"][t],
+           "dphi": delta_phi(lep["phi"][i], tau["phi"][t])}
+    if prefix == "ele":
+        cc = lep["ccEleEnergy"][i]
+        out.update({
+            "cc_valid": (cc >= 0) * 1.0, "cc_ele_rel_energy": cc / pt,
+            "cc_gamma_rel_energy": _ratio(lep["ccGammaEnergy"][i], cc),
+            "cc_n_gamma": lep["ccNGamma"][i], "rel_ecalEnergy": lep["ecalEnergy"][i] / pt,
+            "ecalEnergy_sig": _ratio(lep["ecalEnergy"][i], lep["ecalEnergyError"][i]),
+            "mvaInput_earlyBrem": lep["earlyBrem"][i], "mvaInput_lateBrem": lep["lateBrem"][i],
+            "mvaInput_sigmaEtaEta": lep["sigmaEtaEta"][i], "mvaInput_hadEnergy": lep["hadEnergy"][i],
+            "mvaInput_deltaEta": lep["mvaDeltaEta"][i], "gsfTrack_normalizedChi2": lep["gsfTrackNormChi2"][i],
+            "gsfTrack_numberOfValidHits": lep["gsfTrackValidHits"][i], "rel_gsfTrack_pt": lep["gsfTrackPt"][i] / pt,
+            "gsfTrack_pt_sig": _ratio(lep["gsfTrackPt"][i], lep["gsfTrackPtError"][i]),
+            "has_closestCtfTrack": lep["hasClosestCtfTrack"][i],
+            "closestCtfTrack_normalizedChi2": lep["closestCtfTrackNormChi2"][i],
+            "closestCtfTrack_numberOfValidHits": lep["closestCtfTrackValidHits"][i]})
+        for name in ("trackMomentumAtVtx", "trackMomentumAtCalo", "trackMomentumOut", "trackMomentumAtEleClus",
+                     "trackMomentumAtVtxWithConstraint"):
+            out[f"rel_{name}"] = lep[name][i] / pt
+        for name in ("eSuperClusterOverP", "eSeedClusterOverP", "eSeedClusterOverPout", "eEleClusterOverPout",
+                     "deltaEtaSuperClusterTrackAtVtx", "deltaEtaSeedClusterTrackAtCalo",
+                     "deltaEtaEleClusterTrackAtCalo", "deltaPhiEleClusterTrackAtCalo",
+                     "deltaPhiSuperClusterTrackAtVtx", "deltaPhiSeedClusterTrackAtCalo"):
+            out[name] = lep[name][i]
+    else:
+        chi2 = lep["normalizedChi2"][i]
+        out.update({
+            "dxy": lep["dxy"][i], "dxy_sig": _ratio(np.abs(lep["dxy"][i]), lep["dxyErr"][i]),
+            "normalizedChi2_valid": (chi2 >= 0) * 1.0, "normalizedChi2": np.maximum(chi2, 0.0),
+            "numberOfValidHits": lep["numberOfValidHits"][i], "segmentCompatibility": lep["segmentCompatibility"][i],
+            "caloCompatibility": lep["caloCompatibility"][i],
+            "pfEcalEnergy_valid": (lep["pfEcalEnergy"][i] >= 0) * 1.0,
+            "rel_pfEcalEnergy": lep["pfEcalEnergy"][i] / pt})
+        for station in _STATIONS:
+            system, k = station[:-1], station[-1]
+            out[f"n_matches_{system}_{k}"] = lep[f"nMatches{station}"][i]
+            out[f"n_hits_{system}_{k}"] = lep[f"nHits{station}"][i]
     return out
 
 
@@ -166,8 +225,6 @@ def _channel_plan(block: tuple[str, ...]) -> dict[str, tuple[np.ndarray, list[st
             continue
         prefix = next(p for p in sorted(TYPES, key=len, reverse=True) if name.startswith(p + "_"))
         variable = name[len(prefix) + 1:]
-        if prefix in ("ele", "muon") and variable not in RECO_PROXY:
-            continue
         channels, variables = plan.setdefault(prefix, ([], []))
         channels.append(channel)
         variables.append(variable)
@@ -177,50 +234,81 @@ def _channel_plan(block: tuple[str, ...]) -> dict[str, tuple[np.ndarray, list[st
 PLANS = {name: _channel_plan(block) for name, block in BLOCKS.items()}
 
 
-def grids(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float,
-          inner_outer: str) -> dict[str, np.ndarray]:
-    """The three ``[taus, n, n, channels]`` grids (egamma, muon, hadrons) of the inner or outer grid."""
+def _leading_in_cells(eta: np.ndarray, phi: np.ndarray, pt: np.ndarray, kind: np.ndarray,
+                      tau: Mapping[str, np.ndarray], inner_outer: str) -> tuple[np.ndarray, ...]:
+    """``(τ, object, η cell, φ cell)`` of the highest-pT object of each kind in each cell of each τ's grid."""
     n_cells, size = GRIDS[inner_outer]
     half = n_cells // 2
-    n_tau, n_pf = len(tau["pt"]), len(pf["pt"])
-    out = {name: np.zeros((n_tau, n_cells, n_cells, len(block)), dtype=np.float32) for name, block in BLOCKS.items()}
-    if n_tau == 0 or n_pf == 0:
-        return out
-    t = np.repeat(np.arange(n_tau), n_pf)
-    cand = np.tile(np.arange(n_pf), n_tau)
-    deta = pf["eta"][cand] - tau["eta"][t]
-    dphi = delta_phi(pf["phi"][cand], tau["phi"][t])
+    n_tau, n_obj = len(tau["pt"]), len(pt)
+    t = np.repeat(np.arange(n_tau), n_obj)
+    obj = np.tile(np.arange(n_obj), n_tau)
+    deta = eta[obj] - tau["eta"][t]
+    dphi = delta_phi(phi[obj], tau["phi"][t])
     reach = size * n_cells / 2
-    apid = np.abs(pf["pdgId"][cand])
-    inside = (np.abs(deta) <= reach) & (np.abs(dphi) <= reach) & np.isin(apid, (11, 13, 22, 130, 211))
-    t, cand, deta, dphi, apid = t[inside], cand[inside], deta[inside], dphi[inside], apid[inside]
+    inside = (np.abs(deta) <= reach) & (np.abs(dphi) <= reach)
+    t, obj, deta, dphi = t[inside], obj[inside], deta[inside], dphi[inside]
     ieta = np.clip(np.copysign(np.floor(np.abs(deta) / size + 0.5), deta), -half, half).astype(np.int64) + half
     iphi = np.clip(np.copysign(np.floor(np.abs(dphi) / size + 0.5), dphi), -half, half).astype(np.int64) + half
-    key = ((t * n_cells + ieta) * n_cells + iphi) * 1000 + apid
-    order = np.lexsort((-pf["pt"][cand], key))
+    key = ((t * n_cells + ieta) * n_cells + iphi) * 1000 + kind[obj]
+    order = np.lexsort((-pt[obj], key))
     first = np.ones(order.size, dtype=bool)
     first[1:] = key[order][1:] != key[order][:-1]
-    best = order[first]  # the highest-pT object of each type in each cell
-    t, cand, ieta, iphi, apid = t[best], cand[best], ieta[best], iphi[best], apid[best]
-    variables = _object_variables(pf, cand, tau, t)
-    common = np.stack([np.full(t.size, rho), tau["pt"][t], tau["eta"][t], tau["insideEcalCrack"][t]], axis=1)
-    for block_name, plan in PLANS.items():
-        grid = out[block_name]
-        for prefix, (channels, names) in plan.items():
-            rows = apid == TYPES[prefix]
-            if not rows.any():
+    best = order[first]
+    return t[best], obj[best], ieta[best], iphi[best]
+
+
+def grids(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float, inner_outer: str,
+          leptons: Mapping[str, Mapping[str, np.ndarray] | None] | None = None) -> dict[str, np.ndarray]:
+    """The three ``[taus, n, n, channels]`` grids (egamma, muon, hadrons) of the inner or outer grid;
+    ``leptons``: the ``Electron`` and ``Muon`` collections (absent or None: their channels stay 0)."""
+    n_cells, _ = GRIDS[inner_outer]
+    n_tau = len(tau["pt"])
+    out = {name: np.zeros((n_tau, n_cells, n_cells, len(block)), dtype=np.float32) for name, block in BLOCKS.items()}
+    if n_tau == 0:
+        return out
+    filled = []  # (prefix, τ, η cell, φ cell, variables)
+    if len(pf["pt"]):
+        apid = np.abs(pf["pdgId"]).astype(np.int64)
+        known = np.isin(apid, (11, 13, 22, 130, 211))
+        kind = np.where(known, apid, 0)
+        t, cand, ieta, iphi = _leading_in_cells(pf["eta"], pf["phi"], np.where(known, pf["pt"], -1.0), kind, tau,
+                                                inner_outer)
+        use = known[cand]
+        t, cand, ieta, iphi = t[use], cand[use], ieta[use], iphi[use]
+        variables = _object_variables(pf, cand, tau, t)
+        for prefix, code in TYPES.items():
+            rows = apid[cand] == code if code else np.zeros(cand.size, dtype=bool)
+            if rows.any():
+                values = {k: np.asarray(v)[rows] for k, v in variables.items()}
+                filled.append((prefix, t[rows], ieta[rows], iphi[rows], values))
+    for collection, prefix in LEPTON_PREFIX.items():
+        lep = (leptons or {}).get(collection)
+        if lep is None or len(lep["pt"]) == 0:
+            continue
+        t, i, ieta, iphi = _leading_in_cells(lep["eta"], lep["phi"], lep["pt"], np.zeros(len(lep["pt"]), np.int64),
+                                             tau, inner_outer)
+        if t.size:
+            filled.append((prefix, t, ieta, iphi, _lepton_variables(prefix, lep, i, tau, t)))
+    for prefix, t, ieta, iphi, variables in filled:
+        common = np.stack([np.full(t.size, rho), tau["pt"][t], tau["eta"][t], tau["insideEcalCrack"][t]], axis=1)
+        for block_name, plan in PLANS.items():
+            if prefix not in plan:
                 continue
-            values = np.stack([np.asarray(variables[v], dtype=np.float64)[rows] for v in names], axis=1)
-            cell = (t[rows][:, None], ieta[rows][:, None], iphi[rows][:, None])
+            channels, names = plan[prefix]
+            values = np.stack([np.asarray(variables[v], dtype=np.float64) for v in names], axis=1)
+            cell = (t[:, None], ieta[:, None], iphi[:, None])
+            grid = out[block_name]
             grid[cell + (channels[None, :],)] = np.where(np.isfinite(values), values, 0.0)
-            grid[cell + (np.arange(len(COMMON))[None, :],)] = common[rows]
+            grid[cell + (np.arange(len(COMMON))[None, :],)] = common
     return out
 
 
-def deeptau_inputs(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float) -> dict[str, np.ndarray]:
-    """All seven DeepTau inputs of one event's τs (CMS names)."""
+def deeptau_inputs(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float,
+                   leptons: Mapping[str, Mapping[str, np.ndarray] | None] | None = None) -> dict[str, np.ndarray]:
+    """All seven DeepTau inputs of one event's τs (CMS names); ``leptons``: ``{"Electron": ..., "Muon": ...}``
+    columns (:data:`ELECTRON_FIELDS`, :data:`MUON_FIELDS`) for the reco-lepton channels."""
     inputs = {"input_tau": tau_block(tau, rho)}
     for which in GRIDS:
-        for block, array in grids(pf, tau, rho, which).items():
+        for block, array in grids(pf, tau, rho, which, leptons).items():
             inputs[f"input_{which}_{block}"] = array
     return inputs
