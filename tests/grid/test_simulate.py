@@ -79,3 +79,12 @@ def test_impossible_settings_are_named():
         simulate(Scenario(jobs=1, servers=0))
     with pytest.raises(GridError, match="fixed"):
         simulate(Scenario(jobs=1, fixed=2.0))
+
+
+def test_jobs_sharing_few_cores_saturate_them_before_the_server():
+    """16 jobs whose events each need 50 ms of CPU on 2 cores: at most 40 events/s, however fast the server."""
+    result = simulate(Scenario(jobs=16, other_s=0.1, cpu_s=0.05, cores=2, service_s=0.001, events=30))
+    assert result.events_per_s == pytest.approx(40.0, rel=0.03)
+    assert result.knee_jobs == pytest.approx((0.1 + 0.001) / 0.025)
+    alone = simulate(Scenario(jobs=1, other_s=0.1, cpu_s=0.05, cores=2, service_s=0.001, events=30))
+    assert alone.time_per_event_median == pytest.approx(0.101)  # the CPU is part of other_s, not added to it

@@ -22,7 +22,8 @@ vs number of processes", the knee marked). Results: ``scale.md``, ``scale.json``
 Examples::
 
     sonic bench scale --workflow miniaod --jobs 1 2 4 8 16 --servers 1 2 --other-ms 60 --events 30
-    sonic bench scale --workflow protodune --scale small --device gpu --jobs 1 25 50 100 150 200 250 --other-ms 500
+    sonic bench scale --workflow protodune --scale small --device gpu --jobs 1 40 80 100 120 140 160 200 240 \\
+        --events 30 --warmup 4 --knee-at 120
 """
 
 from __future__ import annotations
@@ -112,6 +113,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-threads", type=int, default=1, help="onnxruntime threads per model instance")
     parser.add_argument("--shared-memory", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--point-timeout", type=float, default=300.0, help="seconds one point may take")
+    parser.add_argument("--knee-at", type=float, metavar="K",
+                        help="choose --other-ms from a pilot (N=1 and N=16, one server) so that the knee falls at about "
+                             "K jobs per server, as the papers' runs chose their jobs")
     parser.add_argument("--server-instances", type=int, default=0,
                         help="executions a server runs side by side (default: the model's instance count if one model)")
     parser.add_argument("--sim-service-cv", type=float, default=0.0, help="simulation: server time spread (CV)")
@@ -258,7 +262,8 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
 
         # the steady window: from every job past its warm-up events to the first job's end (server
         # statistics, CPU and GPU are read over it; first executions load models and fill caches)
-        while running() and not all(Path(str(t) + ".warm").exists() for t in traces):
+        # (90 % of them: with hundreds of jobs the last to start may be warm only after the first ended)
+        while running() and sum(Path(str(t) + ".warm").exists() for t in traces) < 0.9 * jobs:
             time.sleep(0.02)
         before = server_statistics(urls)
         server_cpu = [process_tree_cpu(server.pid) for server in servers]
@@ -300,7 +305,11 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
     # server statistics hold too few requests at small N to judge balance)
     sent_to = {url: sum(m.get("servers", {}).get(url, 0) for m in models) for url in urls}
     share = [n / (sum(sent_to.values()) or 1) for n in sent_to.values()]
+    # Triton counts an execution's compute once for each request in it: the device was busy
+    # compute × executions / requests (dynamic batching merges requests under load)
+    executions = sum(d["executions"] for d in deltas)
     compute_per_request = sum(d["compute_s"] for d in deltas) / requests
+    busy_per_request = compute_per_request * min(1.0, executions / requests)
     sent = sum(m.get("bytes_sent", 0) for m in models)
     received = sum(m.get("bytes_received", 0) for m in models)
     shm = sum(m.get("shm_bytes", 0) for m in models)
@@ -316,14 +325,15 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
             "events_per_s": rate, "queue_ms_per_request": 1000 * sum(d["queue_s"] for d in deltas) / requests,
             "compute_ms_per_request": 1000 * compute_per_request,
             "requests_per_event": per_event, "server_share": share, "server_requests": list(sent_to.values()),
-            "server_compute_s_per_event": compute_per_request * per_event,
+            "executions_per_request": executions / requests, "server_compute_s_per_event": busy_per_request * per_event,
             "cpu_percent": 100 * (busy - idle) / busy if busy > 0 else 0.0,
             "server_cpu_percent": [100 * c / elapsed for c in server_cpu],
             "gpu_percent": float(np.mean(gpu.samples)) if gpu.samples else None,
             "bytes_per_event": (sent + received) / max(1, events), "sent_fraction": sent / (sent + received) if sent + received else None,
             "wire_mb_per_s": (sent + received - shm) / max(1, events) * rate / 1e6,
             "shm_mb_per_s": shm / max(1, events) * rate / 1e6,
-            "other_s_per_event": planned.other_s_per_event, "wait_s_per_event": planned.wait_s_per_event}
+            "other_s_per_event": planned.other_s_per_event, "wait_s_per_event": planned.wait_s_per_event,
+            "client_cpu_s_per_event": planned.cpu_s_per_event}
 
 
 # -- predictions ----------------------------------------------------------------------------------------
@@ -333,17 +343,24 @@ def predictions(points: list[dict[str, Any]], args: argparse.Namespace) -> dict[
     base = next((p for p in points if p["jobs"] == 1 and p["servers"] == 1), None)
     if base is None:
         return {"note": "no N=1 point with one server: nothing to predict from"}
-    # the server's cost per event where it is busiest (a GPU idle between one job's events runs slower
-    # clocks and colder caches: ProtoDUNE's compute per request halves from N=1 to N=25 on an H100)
-    busiest = max((p for p in points if p["servers"] == 1), key=lambda p: p["jobs"])
+    # the server's cost per event under load: the median over the one-server points with several jobs (a GPU
+    # idle between one job's events runs slower clocks and colder caches: ProtoDUNE's compute per request
+    # halves from N=1 to N=40 on an H100; the median keeps one disturbed point on a shared CPU from deciding)
+    loaded = [p for p in points if p["servers"] == 1 and p["jobs"] > 1] or [base]
     instances = args.server_instances or model_instances(base["repository"])
-    t_server = busiest["server_compute_s_per_event"] / instances  # executions run side by side on the device
+    t_server = statistics.median(p["server_compute_s_per_event"] for p in loaded) / instances  # side by side
     # a job's wait alone: its time per event less the planner's t_other (the sum of the external modules'
     # waits overcounts when a job's producers wait together); never less than one execution
     latency = max(base["time_per_event_median"] - base["other_s_per_event"], t_server * instances)
     result = plan(base["other_s_per_event"], t_server, base["bytes_per_event"] or None, latency_s_per_event=latency)
+    # this host's cores, shared by the jobs' own CPU work (the sleep standing for the rest needs none): on
+    # a 2-core machine they, not the server, may bind first; on a grid each job has its cores
+    cores = len(os.sched_getaffinity(0))
+    # a CPU server computes on the same cores
+    cpu = base["client_cpu_s_per_event"] + (t_server * instances if args.device == "cpu" else 0.0)
     settings = from_measurement(base["other_s_per_event"], t_server * instances, base["requests_per_event"],
                                 base["bytes_per_event"], base["sent_fraction"] or 1.0, instances=instances,
+                                cores=cores, cpu_s=min(cpu, base["other_s_per_event"]),
                                 overhead_s=max(0.0, latency - t_server * instances),
                                 service_cv=args.sim_service_cv, events=args.events, warmup=args.warmup)
     for point in points:
@@ -351,12 +368,14 @@ def predictions(points: list[dict[str, Any]], args: argparse.Namespace) -> dict[
         point["simulated_time_per_event_median"] = sim.time_per_event_median
         point["simulated_events_per_s"] = sim.events_per_s
         point["simulated_server_share"] = sim.server_share
-        point["predicted_time_per_event"] = float(predicted_time_per_event(
-            point["jobs"], base["other_s_per_event"], result.latency_s_per_event, t_server, point["servers"]))
+        point["predicted_time_per_event"] = max(float(predicted_time_per_event(
+            point["jobs"], base["other_s_per_event"], result.latency_s_per_event, t_server, point["servers"])),
+            point["jobs"] * cpu / cores)
         point["simulation_error"] = sim.time_per_event_median / point["time_per_event_median"] - 1
-    return {"from": f"t_other, t_ml: N=1, one server; t_server: N={busiest['jobs']}, one server",
+    return {"from": f"t_other, t_ml: N=1, one server; t_server: median of N={'/'.join(str(p['jobs']) for p in loaded)}",
             "t_other_s": base["other_s_per_event"], "t_server_s": t_server,
-            "instances": instances,
+            "instances": instances, "cores": cores, "client_cpu_s_per_event": cpu,
+            "host_knee_jobs": (base["other_s_per_event"] + result.latency_s_per_event) * cores / cpu if cpu else None,
             "t_ml_s": result.latency_s_per_event, "knee_jobs_per_server": result.knee_jobs_per_server,
             "jobs_per_server": result.jobs_per_server, "simulation_settings": settings}
 
@@ -382,13 +401,14 @@ def markdown(report: dict[str, Any]) -> str:
              f"Workflow: {args['workflow']} ({report['input']}), {args['events']} events per job (first {args['warmup']} not "
              f"counted), other work {args['other_ms']:g} ms/event ({args['other_kind']}), servers on {args['device']}, "
              f"shared memory {args['shared_memory']}", "",
-             "| servers | jobs | s/event median | p90 | events/s | queue ms/req | compute ms/req | CPU % | server CPU % "
+             "| servers | jobs | s/event median | p90 | events/s | queue ms/req | compute ms/req | exec/req | CPU % | server CPU % "
              "| GPU % | wire MB/s | shm MB/s | share per server | predicted s/event | simulated s/event | sim − meas |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in report["points"]:
         gpu = "—" if p["gpu_percent"] is None else f"{p['gpu_percent']:.0f}"
         lines.append(f"| {p['servers']} | {p['jobs']} | {p['time_per_event_median']:.4f} | {p['time_per_event_p90']:.4f} | "
                      f"{p['events_per_s']:.2f} | {p['queue_ms_per_request']:.2f} | {p['compute_ms_per_request']:.2f} | "
+                     f"{p['executions_per_request']:.2f} | "
                      f"{p['cpu_percent']:.0f} | {' '.join(f'{c:.0f}' for c in p['server_cpu_percent'])} | {gpu} | "
                      f"{p['wire_mb_per_s']:.2f} | {p['shm_mb_per_s']:.2f} | "
                      f"{' '.join(f'{s:.3f}' for s in p['server_share'])} | {p.get('predicted_time_per_event', math.nan):.4f} | "
@@ -402,6 +422,10 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"- predicted by `sonic plan` ({pred['from']}): (t_other {pred['t_other_s']:.4f} + t_ml {pred['t_ml_s']:.4f}) "
                      f"/ t_server {pred['t_server_s']:.4f} = {pred['knee_jobs_per_server']:.1f} jobs per server "
                      f"(t_server: compute per event / {pred['instances']} instance(s))")
+        if pred.get("host_knee_jobs"):
+            lines.append(f"- this host's {pred['cores']} cores bind at {pred['host_knee_jobs']:.1f} jobs ({1000 * pred['client_cpu_s_per_event']:.1f} "
+                         f"ms of CPU per event: the job's own, and the server's on a CPU server; the prediction and "
+                         f"simulation include it)")
     balance = [p for p in report["points"] if p["servers"] > 1]
     if balance:
         worst = max(max(abs(s * p["servers"] - 1) for s in p["server_share"]) for p in balance)
@@ -433,11 +457,13 @@ def plot_figure(report: dict[str, Any], path: Path) -> None:
         bx.plot(n, [p["events_per_s"] for p in mine], "o-", color=colour, label=f"measured, {servers} server(s)")
         if "knee_jobs_per_server" in pred:
             grid = np.linspace(1, max(n), 200)
-            ax.plot(grid, predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"], servers),
-                    "--", color=colour, alpha=0.7, label=f"sonic plan, {servers} server(s)")
-            bx.plot(grid, grid / predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"],
-                                                          servers), "--", color=colour, alpha=0.7)
-            ax.axvline(pred["knee_jobs_per_server"] * servers, color=colour, linestyle=":", alpha=0.8)
+            host = grid * pred.get("client_cpu_s_per_event", 0.0) / pred.get("cores", 1)
+            curve = np.maximum(predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"],
+                                                        servers), host)
+            ax.plot(grid, curve, "--", color=colour, alpha=0.7, label=f"sonic plan, {servers} server(s)")
+            bx.plot(grid, grid / curve, "--", color=colour, alpha=0.7)
+            ax.axvline(pred["knee_jobs_per_server"] * servers, color=colour, linestyle=":", alpha=0.8,
+                       label=f"sonic plan knee {pred['knee_jobs_per_server'] * servers:.0f} jobs")
         knee = next((k for k in report["knees"] if k["servers"] == servers), None)
         if knee:
             ax.axvline(knee["knee_jobs"], color=colour, linestyle="-", alpha=0.3, linewidth=4,
@@ -474,6 +500,27 @@ def _input(args: argparse.Namespace, out: Path) -> str | None:
     return str(path.resolve())
 
 
+def choose_other_ms(args: argparse.Namespace, repository: str, path: str | None, work: Path) -> dict[str, Any]:
+    """Sets ``args.other_ms`` so that the planner's knee falls at ``args.knee_at`` jobs per server, from a
+    pilot of N=1 and N=16 on one server with the given ``--other-ms``; returns the pilot."""
+    from ...framework.inference.server import TritonServer
+
+    server = TritonServer([repository], device=args.device, ort_threads=args.server_threads)
+    try:
+        server.start()
+        points = [measure_point(n, [server], args, repository, path, work) for n in (1, 16)]
+    finally:
+        server.stop()
+    pred = predictions(points, args)
+    fixed = points[0]["other_s_per_event"] - args.other_ms / 1000  # preprocessing and framework per event
+    other = max(0.01, args.knee_at * pred["t_server_s"] - pred["t_ml_s"] - fixed)
+    print(f"pilot: t_server {pred['t_server_s']:.4f} s, t_ml {pred['t_ml_s']:.4f} s, rest of the job {fixed:.4f} s "
+          f"-> --other-ms {1000 * other:.1f} for a knee at {args.knee_at:g} jobs per server", flush=True)
+    chosen = {"points": points, "prediction": pred, "other_ms_given": args.other_ms, "other_ms_chosen": 1000 * other}
+    args.other_ms = round(1000 * other, 1)
+    return chosen
+
+
 def run(args: argparse.Namespace) -> int:
     from ...framework.inference.server import TritonServer
     from ...framework.inference.service import resolve_repository
@@ -485,6 +532,7 @@ def run(args: argparse.Namespace) -> int:
     points: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     work = out / "jobs"
+    pilot = choose_other_ms(args, repository, path, out / "pilot") if args.knee_at else None
     for count in sorted(set(args.servers)):
         servers = [TritonServer([repository], device=args.device, ort_threads=args.server_threads) for _ in range(count)]
         try:
@@ -507,7 +555,7 @@ def run(args: argparse.Namespace) -> int:
     prediction = predictions(points, args)
     report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
               "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "input": os.path.basename(path) if path else "generated toy jets",
-              "points": points, "prediction": prediction, "failures": failures,
+              "points": points, "prediction": prediction, "failures": failures, "pilot": pilot,
               "knees": [k for k in (measured_knee(points, s) for s in sorted({p["servers"] for p in points})) if k]}
     (out / "scale.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "scale.md").write_text(markdown(report))
@@ -518,5 +566,28 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def redraw(path: str) -> None:
+    """Recomputes the predictions, knees, table and figure of a saved ``scale.json`` in place (for results
+    measured elsewhere, e.g. on a GPU machine, after the analysis changed)."""
+    path_ = Path(path)
+    report = json.loads(path_.read_text())
+    args = argparse.Namespace(**report["arguments"])
+    for name, default in (("server_instances", 0), ("sim_service_cv", 0.0), ("warmup", WARMUP)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    if not args.server_instances:  # the repository was on the machine that measured
+        args.server_instances = report["prediction"].get("instances", 0)
+    for point in report["points"]:
+        point.setdefault("client_cpu_s_per_event", 0.0)
+    report["prediction"] = predictions(report["points"], args)
+    report["knees"] = [k for k in (measured_knee(report["points"], s) for s in sorted({p["servers"] for p in report["points"]})) if k]
+    path_.write_text(json.dumps(report, indent=1, default=str))
+    path_.with_suffix(".md").write_text(markdown(report))
+    plot_figure(report, path_.with_suffix(".png"))
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--redraw":
+        redraw(sys.argv[2])
+        sys.exit(0)
     sys.exit(job_main(sys.argv[1]))

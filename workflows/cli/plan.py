@@ -160,17 +160,23 @@ def simulation(args: argparse.Namespace, result: Plan, job: Measurement | None) 
     return {"settings": settings, "runs": runs}
 
 
+def _shares(shares: list[float]) -> str:
+    """Each server's share of the requests against an even split: the range over the servers."""
+    low, high = (len(shares) * min(shares), len(shares) * max(shares)) if shares else (1.0, 1.0)
+    return f"{low:.3f}" if abs(high - low) < 5e-4 else f"{low:.3f}-{high:.3f}"
+
+
 def simulation_text(sim: dict[str, Any]) -> str:
     settings = sim["settings"]
     lines = [f"simulation: {settings['servers']} server(s) x {settings['instances']} instance(s), max batch "
              f"{settings['max_batch']}, {settings['requests']} request(s)/event of {1000 * settings['service_s']:.3f} ms, "
              f"link {settings['link_gbps'] or 'none'} Gb/s",
              f"  {'jobs':>6} {'s/event med':>11} {'p90':>9} {'events/s':>9} {'server busy':>11} {'queue ms/req':>12} "
-             f"{'link peak MB/s':>14} {'share per server':>18}"]
+             f"{'link peak MB/s':>14} {'share / even':>18}"]
     for run in sim["runs"]:
         peak = run["peak_link_bytes_per_s"]
         lines.append(f"  {run['scenario']['jobs']:6d} {run['time_per_event_median']:11.4f} {run['time_per_event_p90']:9.4f} "
                      f"{run['events_per_s']:9.2f} {100 * max(run['server_utilisation']):10.0f}% "
                      f"{1000 * run['queue_s_per_request']:12.3f} {'-' if peak is None else f'{peak / 1e6:.1f}':>14} "
-                     f"{' '.join(f'{x:.3f}' for x in run['server_share']):>18}")
+                     f"{_shares(run['server_share']):>18}")
     return "\n".join(lines)

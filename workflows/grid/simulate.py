@@ -63,6 +63,8 @@ class Scenario:
         queue_delay_s: how long an idle instance waits for a fuller batch.
         fixed: share of a request's service time an execution pays once whatever its batch.
         service_cv, other_cv: coefficients of variation (0: deterministic).
+        cores, cpu_s: jobs sharing ``cores`` CPU cores (0: a core each, as on a grid), each event holding one
+            for ``cpu_s`` of its ``other_s`` (the rest, e.g. a sleep standing for more work, needs none).
         events: events per job simulated (the first ``warmup`` of each job are not counted).
         stagger: start the jobs at random times within one cycle (else all at once, in lock-step).
         seed: random seed.
@@ -83,6 +85,8 @@ class Scenario:
     fixed: float = 0.0
     service_cv: float = 0.0
     other_cv: float = 0.0
+    cores: int = 0
+    cpu_s: float = 0.0
     events: int = 50
     warmup: int = 2
     stagger: bool = True
@@ -93,7 +97,7 @@ class Scenario:
         for name in ("jobs", "servers", "requests", "instances", "max_batch", "events"):
             if getattr(self, name) < 1:
                 raise GridError(f"simulation: {name} must be at least 1, not {getattr(self, name)}")
-        for name in ("other_s", "service_s", "overhead_s", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv"):
+        for name in ("other_s", "service_s", "overhead_s", "cpu_s", "cores", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv"):
             if getattr(self, name) < 0:
                 raise GridError(f"simulation: {name} must not be negative, not {getattr(self, name)}")
         if not 0 <= self.fixed <= 1:
@@ -187,9 +191,22 @@ def simulate(s: Scenario) -> Result:
     completions: list[list[float]] = [[] for _ in range(s.jobs)]
     queue_waits: list[float] = []
 
+    free_cores = s.cores
+    cpu_queue: deque[int] = deque()
+
     def start_event(job: int, now: float) -> None:
         event_start[job] = now
-        push(now + _draw(rng, s.other_s, s.other_cv) + s.overhead_s, "send", job)
+        if s.cores:
+            cpu_queue.append(job)
+            start_cpu(now)
+        else:
+            push(now + _draw(rng, s.other_s, s.other_cv) + s.overhead_s, "send", job)
+
+    def start_cpu(now: float) -> None:
+        nonlocal free_cores
+        while free_cores and cpu_queue:
+            free_cores -= 1
+            push(now + s.cpu_s, "cpu_done", cpu_queue.popleft())
 
     def choose() -> _Server:
         shift = next(turn) % len(servers)  # ties taken in turn: the scan starts one server further each time
@@ -226,6 +243,11 @@ def simulate(s: Scenario) -> Result:
                 server.requests += 1
                 server.in_transit += 1
                 push(up.transfer(now, s.bytes_sent), "arrive", server.index, job)
+        elif kind == "cpu_done":
+            (job,) = data
+            free_cores += 1
+            start_cpu(now)
+            push(now + max(0.0, _draw(rng, s.other_s, s.other_cv) - s.cpu_s) + s.overhead_s, "send", job)
         elif kind == "arrive":
             index, job = data
             server = servers[index]
@@ -316,6 +338,8 @@ def knee(s: Scenario) -> float:
     capacity = s.service_s * s.requests / (s.servers * s.instances)
     if s.link_gbps:
         capacity = max(capacity, s.bytes_sent * s.requests / (s.link_gbps * 1e9 / 8))
+    if s.cores and s.cpu_s:
+        capacity = max(capacity, s.cpu_s / s.cores)
     return alone / capacity if capacity > 0 else math.inf
 
 
