@@ -4,11 +4,20 @@ Needs the optional ``train`` extra (``pip install 'sonic-hep[train]'``); running
 onnxruntime. Three steps, which can run on different machines (``fit`` needs only PyTorch and numpy)::
 
     sonic data generate miniaod --events 3000 --process ttbar --seed 101 --output ttbar.root   # and qcd,
-    ...                                        # ztautau, wjets; boosted (--pthat-min 200) ttbar/qcd for AK8
-    python -m sonic_hep.data.miniaod.train prepare --files ttbar.root ztt.root qcd.root wjets.root \\
-        --ak8-files ttbar_boosted.root qcd_boosted.root --cache work/miniaod
-    python -m sonic_hep.data.miniaod.train fit --cache work/miniaod --device cuda      # or cpu
-    python -m sonic_hep.data.miniaod.train export --cache work/miniaod --out data/models/miniaod
+    ...                                        # ztautau, wjets (AK4, DeepMET; seeds 101-106)
+    # AK8: boosted tops (pTHat > 450 GeV: ~0.8 contained hadronic tops per event) and QCD dijets
+    sonic data generate miniaod --events 3500 --process ttbar --pthat-min 450 --seed 201 --output tt_201.root
+    sonic data generate miniaod --events 3500 --process ttbar --pthat-min 450 --seed 202 --output tt_202.root
+    sonic data generate miniaod --events 2000 --process ttbar --pthat-min 450 --seed 204 --output tt_204.root
+    sonic data generate miniaod --events 3000 --process qcd --pthat-min 400 --seed 203 --output qcd_203.root
+    # DeepTau: genuine τs, τ → e/μ, and W → e/μ faking τs (files with the reco Electron/Muon collections)
+    sonic data generate miniaod --events 1500 --process ztautau --seed 211 --output ztt_211.root
+    sonic data generate miniaod --events 1800 --process wjets,ttbar --seed 212 --output wj_212.root
+    python -m sonic_hep.data.miniaod.train prepare --models ak8 --ak8-files tt_20[124].root qcd_203.root \\
+        --cache work/miniaod
+    python -m sonic_hep.data.miniaod.train prepare --models tau --files ztt_211.root wj_212.root --cache work/miniaod
+    python -m sonic_hep.data.miniaod.train fit --models ak8,tau --cache work/miniaod --device cuda      # or cpu
+    python -m sonic_hep.data.miniaod.train export --models ak8,tau --cache work/miniaod --out data/models/miniaod
 
 ``export`` checks each model: onnxruntime must reproduce PyTorch on validation inputs to 1e-4, and
 the validation metrics (AUCs, MET resolution) are stored in ``training.json`` in the repository.
