@@ -10,13 +10,19 @@ onnxruntime. Three steps, which can run on different machines (``fit`` needs onl
     sonic data generate miniaod --events 3500 --process ttbar --pthat-min 450 --seed 202 --output tt_202.root
     sonic data generate miniaod --events 2000 --process ttbar --pthat-min 450 --seed 204 --output tt_204.root
     sonic data generate miniaod --events 3000 --process qcd --pthat-min 400 --seed 203 --output qcd_203.root
-    # DeepTau: genuine τs, τ → e/μ, and W → e/μ faking τs (files with the reco Electron/Muon collections)
+    # DeepTau: genuine τs, τ → e/μ, W → e/μ and jets faking τs (files with the reco Electron/Muon collections)
     sonic data generate miniaod --events 1500 --process ztautau --seed 211 --output ztt_211.root
+    sonic data generate miniaod --events 1000 --process ztautau --seed 213 --output ztt_213.root   # and 214
     sonic data generate miniaod --events 1800 --process wjets,ttbar --seed 212 --output wj_212.root
-    python -m sonic_hep.data.miniaod.train prepare --models ak8 --ak8-files tt_20[124].root qcd_203.root \\
-        --cache work/miniaod
-    python -m sonic_hep.data.miniaod.train prepare --models tau --files ztt_211.root wj_212.root --cache work/miniaod
-    python -m sonic_hep.data.miniaod.train fit --models ak8,tau --cache work/miniaod --device cuda      # or cpu
+    sonic data generate miniaod --events 1000 --process wjets,ztautau --seed 215 --output wj_215.root
+    sonic data generate miniaod --events 800 --process ttbar,qcd --seed 216 --output tq_216.root
+    sonic data generate miniaod --events 2400 --process ttbar,qcd --seed 217 --output tq_217.root
+    python -m sonic_hep.data.miniaod.train prepare --models ak8 --ak8-files tt_201.root tt_202.root tt_204.root \\
+        qcd_203.root --cache work/miniaod
+    python -m sonic_hep.data.miniaod.train prepare --models tau --files ztt_211.root ztt_213.root ztt_214.root \\
+        wj_212.root wj_215.root tq_216.root tq_217.root --cache work/miniaod
+    python -m sonic_hep.data.miniaod.train fit --models ak8,tau --epochs ak8=30,tau=30 --cache work/miniaod \\
+        --device cuda                                                                   # or cpu
     python -m sonic_hep.data.miniaod.train export --models ak8,tau --cache work/miniaod --out data/models/miniaod
 
 ``export`` checks each model: onnxruntime must reproduce PyTorch on validation inputs to 1e-4, and
