@@ -10,7 +10,8 @@
    so clients stop choosing it (requests already sent finish or fail over), then stops the server.
 
 Exit status: 0 stopped as asked (reported ``done``), 1 the server could not start or died (``failed``),
-143/130 stopped by SIGTERM/SIGINT (reported ``failed`` with that reason, as for a client job).
+143/130 stopped by SIGTERM/SIGINT (reported ``failed`` with that reason, as for a client job); a signal while
+the server starts is acted on once it is ready (it then leaves at once, without registering).
 """
 
 from __future__ import annotations
@@ -91,9 +92,6 @@ def serve(directory: str | Path, index: int) -> int:
         server.start()
     except (InferenceError, OSError) as err:
         return finish("failed", EXIT_FAILED, f"the Triton server did not start: {str(err).splitlines()[0]}")
-    except KeyboardInterrupt:
-        server.stop()
-        return finish("failed", 130, "interrupted while starting")
     entry = Entry(name=name, address=host_port(spec.advertised_host(), server.ports["grpc"]),
                   models=ready_models(server), ssl=bool(spec.tls_cert), root_certificates=spec.client_root_certificates,
                   batch_id=report.batch_id, ttl_s=spec.ttl_s)
