@@ -285,7 +285,7 @@ def simulate(s: Scenario) -> Result:
         scenario=asdict(s),
         time_per_event_median=float(np.median(flat)),
         time_per_event_p90=float(np.percentile(flat, 90)),
-        events_per_s=steady_rate(completions),
+        events_per_s=steady_rate(completions) or s.jobs / float(np.mean(flat)),  # closed loop when no common stretch
         server_utilisation=[min(1.0, server.busy_s / (total * s.instances)) for server in servers],
         server_share=[server.requests / share_total for server in servers],
         queue_s_per_request=float(np.mean(queue_waits)) if queue_waits else 0.0,
