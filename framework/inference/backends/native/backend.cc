@@ -951,6 +951,12 @@ SONIC_EXPORT TE* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance*
   uint64_t exec_end = now_ns();
   for (Pending& p : pending) {
     bool success = p.response && p.failure.empty() && p.done;
+    // counted before the answer leaves: a client holding its answer finds it in the statistics
+    if (self) {
+      uint64_t cs = p.compute_start ? p.compute_start : exec_start, ce = p.compute_end ? p.compute_end : exec_start;
+      if ((err = TRITONBACKEND_ModelInstanceReportStatistics(handle, p.request, success, exec_start, cs, ce, exec_end)))
+        TRITONSERVER_ErrorDelete(err);
+    }
     if (p.response) {
       if (!success) {
         // outputs a failed request may already hold are dropped with its response
@@ -968,11 +974,6 @@ SONIC_EXPORT TE* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance*
                                          success ? nullptr : error(p.code, message));
         if (err) log(kTritonLogError, "cannot send a response: " + take(err));
       }
-    }
-    if (self) {
-      uint64_t cs = p.compute_start ? p.compute_start : exec_start, ce = p.compute_end ? p.compute_end : exec_start;
-      if ((err = TRITONBACKEND_ModelInstanceReportStatistics(handle, p.request, success, exec_start, cs, ce, exec_end)))
-        TRITONSERVER_ErrorDelete(err);
     }
     if ((err = TRITONBACKEND_RequestRelease(p.request, kTritonReleaseAll)))
       log(kTritonLogError, "cannot release a request: " + take(err));
