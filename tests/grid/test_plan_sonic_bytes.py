@@ -1,0 +1,35 @@
+"""The SONIC client counts the tensor bytes it puts on the wire or in shared memory (issue 15): what
+``sonic plan`` sizes a network link with. A real Triton server on the demo models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
+from sonic_hep.framework.inference.server import TritonServer
+from tests.inference.conftest import sonic_client
+
+pytestmark = pytest.mark.triton
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with TritonServer([DEMO_REPOSITORY], workdir=tmp_path_factory.mktemp("bytes-server")) as running:
+        yield running
+
+
+@pytest.mark.parametrize("shared_memory", ["off", "on"])
+def test_sonic_client_counts_bytes_sent_and_received(server, shared_memory):
+    client = sonic_client([server.grpc_url], shared_memory=shared_memory)
+    try:
+        x = np.random.default_rng(3).normal(size=(200, 16)).astype(np.float32)  # 2 requests (max batch 128)
+        for _ in range(3):
+            probs = client.infer("demo_mlp", {"x": x}, outputs=["probs"]).result(60)["probs"]
+        counters = client.statistics()["models"]["demo_mlp"]
+    finally:
+        client.close()
+    assert counters["requests"] == 6
+    assert counters["bytes_sent"] == 3 * x.nbytes and counters["bytes_received"] == 3 * probs.nbytes
+    expected_shm = 3 * (x.nbytes + probs.nbytes) if shared_memory == "on" else 0
+    assert counters["shm_bytes"] == expected_shm
