@@ -302,14 +302,20 @@ class TritonServer:
         """The native onnxruntime backend library when this server uses it (``backend``), else None.
 
         Built only when a served model maps to the onnxruntime backend. With ``backend="auto"`` a library
-        that cannot be built (no compiler, no onnxruntime library) means the python-based backend, said
-        in one line; with ``"native"`` it is an error.
+        that cannot be built (no compiler, no onnxruntime library), or a model it cannot serve (strings, a
+        reshape: one backend serves every ONNX model of a server), means the python-based backend, said in
+        one line; with ``"native"`` it is an error.
         """
-        if self.backend == "python" or not any(serves_with_onnxruntime(info) for info in served):
+        onnx = [info for info in served if serves_with_onnxruntime(info)]
+        if self.backend == "python" or not onnx:
             return None
-        from .backends.native.build import NativeUnavailable, native_library
+        from .backends.native.build import NativeUnavailable, native_library, unsupported
 
         try:
+            for info in onnx:
+                reason = unsupported(info.config)
+                if reason:
+                    raise NativeUnavailable(f"model {info.name!r}: {reason}, which only the python-based backend serves")
             return native_library(self.python)
         except NativeUnavailable as err:
             if self.backend == "native":

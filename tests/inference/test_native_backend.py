@@ -413,6 +413,25 @@ def test_a_bad_backend_in_the_configuration_names_the_key():
         InferenceConfig.from_dict({"fallback_server": {"backend": "fast"}})
 
 
+def test_a_model_native_cannot_serve_makes_auto_python_based(tmp_path, caplog):
+    """One backend serves every ONNX model of a server: a string tensor among them means python-based with
+    "auto" (one line naming the model), an error with "native" (instead of a server that fails to start)."""
+    folder = tmp_path / "repo" / "names"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.onnx").write_bytes(b"")
+    (folder / "config.pbtxt").write_text('name: "names" platform: "onnxruntime_onnx" max_batch_size: 4\n'
+                                         'input { name: "x" data_type: TYPE_STRING dims: [1] }\n'
+                                         'output { name: "y" data_type: TYPE_FP32 dims: [1] }\n')
+    served = [ModelRepository([str(tmp_path / "repo")]).get("names"), MODELS["demo_mlp"]]
+    with caplog.at_level(logging.WARNING):
+        assert TritonServer([tmp_path / "repo"], workdir=tmp_path / "a")._native_library(served) is None
+    notices = [r.getMessage() for r in caplog.records if "native onnxruntime backend unavailable" in r.getMessage()]
+    assert len(notices) == 1 and "model 'names': input 'x' is TYPE_STRING" in notices[0], notices
+    with pytest.raises(InferenceError, match="model 'names': input 'x' is TYPE_STRING"):
+        TritonServer([tmp_path / "repo"], backend="native", workdir=tmp_path / "n")._native_library(served)
+    assert TritonServer([tmp_path / "repo"], workdir=tmp_path / "b")._native_library(served[1:]) is not None
+
+
 def test_bad_backend_value_is_one_line():
     with pytest.raises(InferenceError, match=r"^server backend must be one of auto, native, python, not 'fast'$"):
         TritonServer([SHIPPED[0]], backend="fast")

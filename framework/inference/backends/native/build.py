@@ -55,6 +55,21 @@ class NativeUnavailable(Exception):
     """The native backend cannot be built or loaded here; the message says why in one line."""
 
 
+def unsupported(config: Any) -> str | None:
+    """Why the native backend cannot serve a model with this config (``model_config_pb2.ModelConfig``), or None:
+    it serves fixed-size tensors only (no ``TYPE_STRING``) and no ``reshape`` (backend.cc refuses both at load,
+    which would stop the whole server; the server checks first and uses the python-based backend instead)."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for tensor in tensors:
+            if tensor.data_type == mc.TYPE_STRING:
+                return f"{kind} {tensor.name!r} is TYPE_STRING"
+            if tensor.HasField("reshape"):
+                return f"{kind} {tensor.name!r} has a reshape"
+    return None
+
+
 def onnxruntime_library(python: Any = None) -> tuple[Path, str]:
     """``(libonnxruntime.so.1.x path, version)`` of the onnxruntime that ``python`` (a ``PythonRuntime``; default
     this interpreter) imports, found without importing it.
