@@ -75,6 +75,7 @@ class OtherWork(Producer):
 
     def begin_job(self) -> None:
         self._stamps: list[float] = []
+        self._cpu: list[float] = []
         if self.go:
             Path(self.trace + ".ready").touch()
             deadline = time.monotonic() + 600
@@ -83,6 +84,7 @@ class OtherWork(Producer):
 
     def produce(self, event):
         self._stamps.append(time.time())  # wall clock: comparable between the jobs' processes
+        self._cpu.append(time.process_time())  # this job's CPU (all its threads): its own cost per event
         if self.trace and len(self._stamps) == self.warmup + 1:
             Path(self.trace + ".warm").touch()
         if self.kind == "busy":
@@ -95,7 +97,7 @@ class OtherWork(Producer):
 
     def end_job(self) -> None:
         if self.trace:
-            Path(self.trace).write_text(json.dumps(self._stamps))
+            Path(self.trace).write_text(json.dumps({"wall": self._stamps, "cpu": self._cpu}))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -288,7 +290,13 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
     bad = [k for k, (p, _) in enumerate(procs) if p.returncode != 0]
     if bad:
         raise RuntimeError(f"job {bad[0]} exited with {procs[bad[0]][0].returncode}: see {folder / f'job{bad[0]}.log'}")
-    stamps = [json.loads(t.read_text()) for t in traces]
+    recorded = [json.loads(t.read_text()) for t in traces]
+    stamps = [r["wall"] for r in recorded]
+    # a job's CPU per event in its steady events (start-up and first events excluded; the busy stand-in's
+    # own CPU taken out, it is part of --other-ms)
+    busy = args.other_ms / 1000 if args.other_kind == "busy" else 0.0
+    steady_cpu = [(r["cpu"][-1] - r["cpu"][args.warmup]) / (len(r["cpu"]) - 1 - args.warmup) - busy
+                  for r in recorded if len(r["cpu"]) > args.warmup + 1]
     warm = args.warmup
     completions = [s[warm + 1:] for s in stamps]  # the start of event i+1 is the end of event i
     first = max(c[0] for c in completions if c)
@@ -333,7 +341,7 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
             "wire_mb_per_s": (sent + received - shm) / max(1, events) * rate / 1e6,
             "shm_mb_per_s": shm / max(1, events) * rate / 1e6,
             "other_s_per_event": planned.other_s_per_event, "wait_s_per_event": planned.wait_s_per_event,
-            "client_cpu_s_per_event": planned.cpu_s_per_event}
+            "client_cpu_s_per_event": float(np.median(steady_cpu)) if steady_cpu else planned.cpu_s_per_event}
 
 
 # -- predictions ----------------------------------------------------------------------------------------
@@ -486,6 +494,13 @@ def _input(args: argparse.Namespace, out: Path) -> str | None:
     if args.workflow == "demo":
         return None  # its source makes toy jets
     if args.input:
+        import uproot
+
+        from ...framework.errors import SonicError
+
+        entries = uproot.open(args.input)["Events"].num_entries
+        if entries < args.events:  # the jobs would stop early and the report claim events they never ran
+            raise SonicError(f"--input {args.input} has {entries} events, fewer than --events {args.events}")
         return str(Path(args.input).resolve())
     path = out / f"{args.workflow}_input.root"
     if not path.exists():
