@@ -52,6 +52,7 @@ def test_sonic_jobs_on_a_given_server_equal_a_direct_single_run(tmp_path, server
     numbers = json.loads((tmp_path / "plan.json").read_text())
     rows = sum(int(n) for n in uproot.open(direct)["Events"]["nToyJet"].array(library="np"))
     assert numbers["server_s_per_event"] > 0 and "Triton compute" in numbers["sources"]["t_server"]
-    assert numbers["bytes_per_event"] == pytest.approx(rows / 90 * (16 + 4 + 4) * 4)  # x in; logits, probs out
+    # what the requests carry: x (16 floats) in, and only the output the tagger asks for (probs, 4) back
+    assert numbers["bytes_per_event"] == pytest.approx(rows / 90 * (16 + 4) * 4)
     assert numbers["jobs_per_server"] == pytest.approx(numbers["other_s_per_event"] / numbers["server_s_per_event"])
     assert "jobs per server" in plan.stdout and "job cap for the link" in plan.stdout
