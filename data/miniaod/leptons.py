@@ -20,9 +20,11 @@ Model (documented, simple, vectorised; units GeV, cm):
 * **Muons**: every PF muon (pT > 3 GeV, |η| < 2.4), plus hadrons punching through (charged, p > 5
   GeV, probability 0.3 %). Stations: DT for |η| < 1.2, CSC for 0.9 < |η| < 2.4, RPC for |η| < 1.6; a
   muon reaches station k (k = 1…4) if p > 2.5 + k GeV (a punch-through hadron reaches station 1 only),
-  matched with 95 % efficiency; hits per matched station ~ Poisson(10) DT, Poisson(6) CSC, 1 + Bernoulli(½) RPC.
-  Segment compatibility ~ Beta(8, 1.5) for muons, Beta(1.5, 4) for hadrons; calo compatibility the
-  other way round; PF ECAL energy ~ 0.3 GeV (muons, MIP) or the ECAL part of a hadron's energy.
+  matched with 95 % efficiency; hits per matched station ~ Poisson(10) DT (6 in station 4), Poisson(6)
+  CSC, 1 + Bernoulli(½) RPC; a muon has a global track (χ²/ndf, 25-44 hits) when ≥ 2 stations match.
+  Segment compatibility ~ Beta(8, 1.5) for muons, Beta(1.5, 4) for hadrons; calorimeter compatibility
+  (MIP-like deposits) ~ Beta(6, 2) for muons, Beta(2, 5) for hadrons; PF ECAL energy ~ Gamma(2, 0.15)
+  GeV for muons, the ECAL part of a hadron's energy.
 
 ``genPartFlav`` follows NanoAOD: 1 prompt, 15 from a τ, 5 heavy-flavour decay (electrons and muons),
 0 for hadrons and pile-up.
