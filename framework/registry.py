@@ -110,17 +110,19 @@ def import_user_module(name: str, folder: str | os.PathLike | None = None) -> Mo
     where = None
     if _top_level_in(text, base):
         where = str(base)
-        if where in sys.path:
-            sys.path.remove(where)
-        sys.path.insert(0, where)  # first: a file next to the configuration wins over an installed namesake
         top = text.split(".")[0]
         loaded = sys.modules.get(top)
         origin = getattr(loaded, "__file__", None) or ""
         if loaded is not None and not origin.startswith(where + os.sep):
             if top not in _USER_MODULES:  # replacing numpy or json under everyone's feet would break the job
+                # refused before the folder goes on sys.path: processes started later (multiprocessing, Dask
+                # workers) inherit sys.path, and would import this file instead of the real module
                 raise UserModuleError(f"{top}.py in {where} has the name of a module already imported from "
                                       f"{origin or 'the interpreter'}; rename your file")
             _forget(text)  # a same-named user file of another configuration, imported earlier in this process
+        if where in sys.path:
+            sys.path.remove(where)
+        sys.path.insert(0, where)  # first: a file next to the configuration wins over an installed namesake
         _USER_MODULES.add(top)
     try:
         return importlib.import_module(text)

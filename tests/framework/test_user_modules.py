@@ -5,6 +5,7 @@ files, modules and classes are one line naming them. The README tutorial is run 
 from __future__ import annotations
 
 import re
+import sys
 
 import awkward as ak
 import numpy as np
@@ -14,7 +15,7 @@ import yaml
 
 from sonic_hep.framework import ConfigError, Process, load, run
 from sonic_hep.framework.errors import ParamError
-from sonic_hep.framework.registry import lookup
+from sonic_hep.framework.registry import UserModuleError, import_user_module, lookup
 
 #: the README tutorial's module file, verbatim
 TUTORIAL_MODULES = '''\
@@ -57,6 +58,12 @@ path: [lead, hard]
 output:
   products: ["lead:pt", MET_pt]
 '''
+
+
+@pytest.fixture(autouse=True)
+def _own_sys_path(monkeypatch):
+    """Imports of user files put their folders on sys.path; each test gets the suite's path back after."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
 
 @pytest.fixture
@@ -190,3 +197,13 @@ def test_grid_jobs_import_the_users_file_from_their_task_folder(tutorial, nano_f
             written.append(handle["Events"]["lead_pt"].array(library="np"))
     assert len(written) == len(nano_files)
     assert np.allclose(np.concatenate(written), lead[lead > 80.0], rtol=1e-6)
+
+
+def test_a_refused_namesake_of_an_imported_module_leaves_sys_path_alone(tutorial):
+    # the folder went on sys.path before the refusal: Dask workers and multiprocessing children started later
+    # in the process inherited it and imported this json.py instead of the real json
+    (tutorial / "json.py").write_text("x = 1\n")
+    before = list(sys.path)
+    with pytest.raises(UserModuleError, match="rename your file"):
+        import_user_module("json", tutorial)
+    assert sys.path == before
