@@ -1,6 +1,6 @@
 # sonic-hep: two commands set everything up on a fresh machine (see README.md)
 #   make demo   install, generate sample events, run the MiniAOD workflow direct and through a local Triton server
-#   make test   install everything the tests need (pip, and Slurm from apt when missing) and run the test suite
+#   make test   install everything the tests need (pip, and Slurm, g++, XRootD, h2load from apt when missing) and run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin

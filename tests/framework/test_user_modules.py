@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import awkward as ak
 import numpy as np
@@ -207,3 +208,8 @@ def test_a_refused_namesake_of_an_imported_module_leaves_sys_path_alone(tutorial
     with pytest.raises(UserModuleError, match="rename your file"):
         import_user_module("json", tutorial)
     assert sys.path == before
+
+
+def test_the_readme_shows_the_tutorial_this_file_runs():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert TUTORIAL_MODULES in readme and TUTORIAL_CONFIG in readme
