@@ -29,6 +29,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .library_cache import library_cache_folders
+
 log = logging.getLogger(__name__)
 
 SOURCE = r"""
@@ -47,18 +49,13 @@ int fchmod(int fd, mode_t mode) {
 """
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "sonic-hep" / "lib"
-
-
 @functools.cache
 def preload_library() -> str | None:
     """Path of the compiled ``fchmod`` library (built on first use), or None without a C compiler."""
     # named after the architecture too: a shared $HOME may serve nodes of other kinds
     digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12] + "-" + platform.machine()
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"sonic-hep-lib-{os.getuid()}"):
+    for folder in library_cache_folders("lib"):
         target = folder / f"libsonic_private_shm-{digest}.so"
         if target.is_file():
             return str(target)

@@ -40,6 +40,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ...library_cache import library_cache_folders
+
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
@@ -118,8 +120,7 @@ def compiler() -> str:
 
 def cache_folders() -> list[Path]:
     """Where built libraries are kept, in order of preference (never inside the checkout)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return [Path(base) / "sonic-hep" / "native", Path(tempfile.gettempdir()) / f"sonic-hep-native-{os.getuid()}"]
+    return library_cache_folders("native")
 
 
 def build_key(library: Path, version: str) -> str:
