@@ -7,12 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from sonic_hep.framework import Process
-from sonic_hep.framework import config as cfgmod
-from sonic_hep.framework.inference.fake import FakeClient, use_client
+from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.service import resolve_repository
-from sonic_hep.workflows.bench._sent import count_sent, nbytes
 from sonic_hep.workflows.bench.miniaod import algorithm
 
 
@@ -53,17 +50,18 @@ def test_input_size_is_what_the_producers_send_in_the_run(sonic_cli, small_file,
         ["ParticleNet", "DeepMET", "ToyJets", "Producer"]
 
 
-def test_count_sent_sees_batched_and_ragged_requests_and_keeps_the_real_client(tmp_path):
-    config = cfgmod.load("demo_inference", ["source.events=5", "options.streams=1", "options.progress=false",
-                                            f"output.file='{tmp_path / 'o.root'}'"])
-    process = Process(config)
-    demo = ModelRepository([resolve_repository("data/models/demo")]).get("demo_mlp")
-    client = FakeClient().add(demo, lambda x: {"probs": x["x"][:, :4], "logits": x["x"][:, 4:8]})
-    use_client(process, client)
-    counting = count_sent(process)
-    assert counting is not None and counting.sent == {}  # nothing starts before the job
-    process.run(progress=False)
-    sent = sum(a.nbytes for _, request in client.requests for a in request.values())
-    assert counting.sent["demo_mlp"] == sent > 0  # every byte the producer handed to the (real) client
-    assert client.closed  # the real service still ends the job
-    assert nbytes({"x": [np.zeros(3, "f4"), np.zeros(5, "f4")], "y": np.zeros((2, 2), "f8")}) == 8 * 4 + 4 * 8
+def test_the_client_counts_every_byte_of_batched_and_ragged_requests():
+    # the bench's input sizes are the inference client's own byte counters: a batched request counts its
+    # array once, ragged entries count each entry's array, however they are grouped into requests
+    repository = ModelRepository([resolve_repository("data/models/demo")])
+    client = DirectClient(repository)
+    try:
+        x = np.zeros((3, 16), np.float32)
+        client.run("demo_mlp", {"x": x}, ["probs"])
+        points = [np.zeros((3, n), np.float32) for n in (5, 5, 7, 3)]
+        client.run("demo_points", {"points": points})
+        counters = client.statistics()["models"]
+    finally:
+        client.close()
+    assert counters["demo_mlp"]["bytes_sent"] == x.nbytes
+    assert counters["demo_points"]["bytes_sent"] == sum(p.nbytes for p in points) == 3 * 20 * 4

@@ -46,7 +46,6 @@ from ..compare import compare_files
 from ._machine import CoreSplit, machine_description
 from ._samples import generated_input
 from ._load import process_tree_cpu
-from ._sent import count_sent
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,6 @@ def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.N
         overrides += [f"services.inference.servers=['{server.grpc_url}']", "services.inference.fallback=false"]
     config = cfgmod.load(config_name, overrides)
     process = Process(config)
-    sent = count_sent(process)  # what each producer's own acquire sends, in this very run
     server_cpu = process_tree_cpu(server.pid) if server is not None else None
     result = process.run(progress=False)
     if server is not None:
@@ -115,7 +113,8 @@ def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.N
                         "fraction": (cpu_ms + infer_ms) / event_ms, "acquire_ms": m.get("acquire_ms_per_event"),
                         "inference_ms": infer_ms, "produce_ms": m.get("produce_ms_per_event"),
                         "wait_ms": m.get("wait_ms_per_event")})
-    sent_by_model = sent.sent if sent is not None else {}
+    # what each producer's own requests carried in this very run, counted by the job's inference client
+    sent_by_model = {model: counters.get("bytes_sent", 0) for model, counters in per_model.items()}
     input_mb = {m["label"]: sent_by_model.get(models[m["label"]], 0) / events / 1e6 for m in report["modules"]}
     return {"mode": name, "events": report["events"], "event_ms": event_ms,
             "job_cpu_ms": 1000.0 * report["cpu_s"] / events,
