@@ -70,5 +70,25 @@ def export(onnx_model: bytes) -> tuple[Path, Path]:
     return cpu, write_gpu_entry(cpu)
 
 
+def pin_gpu_onnx(repository: Path = MODELS / "protodune_gpu") -> Path:
+    """Re-pins the MD5 of the GPU entry's ``1/model.onnx`` (the link to the ONNX entry's file) after
+    new weights, leaving the rest of its config as it is: its ``model.py`` and instance settings are
+    that entry's own, and :func:`write_gpu_entry` would rewrite them."""
+    model_dir = Path(repository) / NAME
+    config = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
+    agents = [a for a in config.model_repository_agents.agents if a.name == "checksum"]
+    if not agents or "MD5:1/model.onnx" not in agents[0].parameters:
+        raise ValueError(f"{model_dir / 'config.pbtxt'}: no checksum agent pinning 1/model.onnx")
+    agents[0].parameters["MD5:1/model.onnx"] = hashlib.md5((model_dir / "1" / "model.onnx").read_bytes()).hexdigest()
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return model_dir
+
+
+def install(onnx_model: bytes) -> tuple[Path, Path]:
+    """New weights for both entries: the ONNX entry rewritten, the GPU entry's ONNX pin updated."""
+    cpu = write_cpu_entry(onnx_model)
+    return cpu, pin_gpu_onnx()
+
+
 if __name__ == "__main__":  # refresh the GPU entry's config (e.g. after editing its model.py)
     print(write_gpu_entry())

@@ -96,3 +96,37 @@ def test_trainable_torch_model_exports_what_it_computes():
     onnx_em, onnx_michel = ort.InferenceSession(to_onnx(weights_of(net), quantize=False),
                                                 providers=["CPUExecutionProvider"]).run(None, {"patches": patches})
     assert np.abs(em.numpy() - onnx_em).max() < 1e-5 and np.abs(michel.numpy() - onnx_michel).max() < 1e-5
+
+
+def test_finetune_starts_from_the_onnx_weights():
+    """finetune.load_weights puts an ONNX file's weights into the trainable network: it then computes
+    what onnxruntime computes on that file (so fine-tuning starts from the shipped model)."""
+    torch = pytest.importorskip("torch")
+    from sonic_hep.data.protodune.finetune import load_weights
+    from sonic_hep.data.protodune.model import torch_model
+
+    net = load_weights(torch_model(), weights_from_onnx(onnx.load(str(ONNX_FILE)))).eval()
+    patches = random_patches(8, 4)
+    with torch.no_grad():
+        em, michel = net(torch.from_numpy(patches))
+    ref_em, ref_michel = ort.InferenceSession(str(ONNX_FILE), providers=["CPUExecutionProvider"]).run(
+        None, {"patches": patches})
+    assert np.abs(em.numpy() - ref_em).max() < 1e-5 and np.abs(michel.numpy() - ref_michel).max() < 1e-5
+
+
+def test_pin_gpu_onnx_changes_only_the_onnx_checksum(tmp_path):
+    """New weights re-pin the GPU entry's ONNX MD5; its model.py pin and settings stay as they are."""
+    import hashlib
+    import shutil
+
+    from sonic_hep.data.protodune.export import pin_gpu_onnx
+
+    entry = tmp_path / "emtrkmichelid"
+    shutil.copytree(GPU_REPOSITORY / "emtrkmichelid", entry, symlinks=False)
+    (entry / "1" / "model.onnx").write_bytes(b"other weights")
+    before = (entry / "config.pbtxt").read_text().splitlines()
+    pin_gpu_onnx(tmp_path)
+    after = (entry / "config.pbtxt").read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(before) == len(after) and len(changed) == 1
+    assert changed[0][1].strip() == f'value: "{hashlib.md5(b"other weights").hexdigest()}"'
