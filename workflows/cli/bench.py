@@ -22,6 +22,7 @@ examples:
   sonic bench server --backends python native --in-flight 1 16 64
   sonic bench protodune --scale small --events 3 --out results/protodune
   sonic bench scale --workflow miniaod --jobs 1 2 4 8 --servers 1 2 --other-ms 60
+  sonic bench gpu-models --batch-sizes 1,16,64,256,1024
 
 'sonic bench NAME --help' lists the options of one benchmark."""
 
@@ -31,4 +32,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     names = parser.add_subparsers(dest="benchmark", metavar="NAME", required=True)
     for name, module in discover("sonic_hep.workflows.bench"):
+        name = name.replace("_", "-")  # gpu_models.py is ``sonic bench gpu-models``, as commands are spelled
         add_lazy(names, name, module, prog=f"sonic bench {name}", entry="run", out_option=True)
