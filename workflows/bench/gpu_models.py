@@ -79,6 +79,8 @@ class Model:
     cap: int = 1024
     #: the entry's name in the miniaod repository
     name: str = ""
+    #: the recorded model whose rows feed it (--inputs FILE): itself, or MiniAOD's AK4 for CMS's AK4
+    recorded_as: str = ""
 
 
 MODELS = {m.key: m for m in (
@@ -86,8 +88,8 @@ MODELS = {m.key: m for m in (
     Model("particlenet_ak8", "miniaod", "jets", 2, name="miniaod_particlenet_ak8"),
     Model("deeptau", "miniaod", "taus", 4, cap=256, name="miniaod_deeptau"),
     Model("deepmet", "miniaod", "events", 1, cap=256, name="miniaod_deepmet"),
-    Model("cms_particlenet_ak4", "cms-onnx", "jets", 6),
-    Model("cms_particlenet_ak4_pt", "cms-torchscript", "jets", 6),
+    Model("cms_particlenet_ak4", "cms-onnx", "jets", 6, recorded_as="miniaod_particlenet_ak4"),
+    Model("cms_particlenet_ak4_pt", "cms-torchscript", "jets", 6, recorded_as="miniaod_particlenet_ak4"),
 )}
 
 
@@ -113,6 +115,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cms-torchscript", default=str(SHARED / "cms-models-torchscript" / "particlenet_AK4_PT"),
                         help="CMS's particlenet_AK4_PT entry (config.pbtxt, 1/model.pt)")
     parser.add_argument("--seed", type=int, default=5, help="seed of the inputs")
+    parser.add_argument("--inputs", default="shapes",
+                        help='"shapes" (drawn from the models\' shapes) or a file written by --record-inputs (real events)')
+    parser.add_argument("--record-inputs", metavar="FILE.npz",
+                        help="generate --record-events MiniAOD events, record what the producers send to each model into "
+                             "FILE.npz, and stop (needs pythia8mc; carry the file to a GPU machine, use --inputs FILE.npz)")
+    parser.add_argument("--record-events", type=int, default=30, help="events generated for --record-inputs")
+    parser.add_argument("--record-rows", type=int, default=64, help="rows kept per model by --record-inputs")
+    parser.add_argument("--budget-s", type=float, default=220.0,
+                        help="points not started by then are skipped (listed in the report): a bounded run time")
 
 
 # -- models and inputs ---------------------------------------------------------------------------------
@@ -139,8 +150,12 @@ def lengths(info: ModelInfo) -> dict[str, tuple[int, int]]:
             for name, v in spec.items() if isinstance(v, dict) and "max_length" in v}
 
 
-def make_inputs(info: ModelInfo, rows: int, seed: int) -> dict[str, np.ndarray]:
-    """``rows`` rows of the model's inputs from its shapes, as the module docstring says."""
+def make_inputs(info: ModelInfo, rows: int, seed: int,
+                recorded: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """``rows`` rows of the model's inputs: the ``recorded`` rows (in the config's input order, cycled, variable
+    lengths zero-padded to preprocess.json's maximum), or drawn from its shapes as the module docstring says."""
+    if recorded:
+        return from_recorded(info, rows, recorded)
     rng = np.random.default_rng(seed)
     bounds = lengths(info)
     counts: dict[str, np.ndarray] = {}
@@ -164,6 +179,27 @@ def make_inputs(info: ModelInfo, rows: int, seed: int) -> dict[str, np.ndarray]:
                 counts[group] = rng.integers(low, high + 1, size=rows)
             value = value * (np.arange(high)[None, :] < counts[group][:, None])[:, None, :].astype(np.float32)
         arrays[spec.name] = value.astype(spec.dtype)
+    return arrays
+
+
+def from_recorded(info: ModelInfo, rows: int, recorded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``rows`` rows cycled from recorded ones; the recording's inputs are matched to the model's by position
+    (CMS's TorchScript names them ``pf_points__0`` ...), and must have the model's fixed dimensions."""
+    bounds = lengths(info)
+    sources = list(recorded.values())
+    if len(sources) != len(info.inputs):
+        raise ValueError(f"{info.name}: the recording has {len(sources)} inputs, the model {len(info.inputs)}")
+    arrays = {}
+    for spec, source in zip(info.inputs, sources):
+        picked = source[np.arange(rows) % len(source)]
+        fixed = [(got, want) for got, want in zip(picked.shape[1:], spec.dims) if want >= 0]
+        if len(picked.shape) != len(spec.dims) + 1 or any(got != want for got, want in fixed):
+            raise ValueError(f"{info.name}: recorded input of shape {list(picked.shape[1:])} for {spec.name!r} "
+                             f"{list(spec.dims)}")
+        if spec.dims and spec.dims[-1] < 0:
+            length = max(bounds.get(spec.name.split("__")[0], (1, picked.shape[-1]))[1], picked.shape[-1])
+            picked = np.pad(picked, [(0, 0)] * (picked.ndim - 1) + [(0, length - picked.shape[-1])])
+        arrays[spec.name] = np.ascontiguousarray(picked, dtype=spec.dtype)
     return arrays
 
 
@@ -265,8 +301,10 @@ def served_throughput(client: Any, name: str, inputs: dict[str, np.ndarray], row
 
 # -- measuring --------------------------------------------------------------------------------------------
 def measure_model(model: Model, info: ModelInfo, modes: list[str], batches: list[int], args: argparse.Namespace,
-                  client: Any, per_event: float) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Rows of the table for one model; failures by mode (a missing GPU or server keeps the other modes)."""
+                  client: Any, per_event: float, deadline: float,
+                  recorded: dict[str, np.ndarray] | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Rows of the table for one model; failures by mode (a missing GPU or server keeps the other modes).
+    Points not started by ``deadline`` (``time.perf_counter``) are skipped, named in the failures."""
     rows: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
     sizes = [b for b in batches if b <= model.cap]
@@ -285,7 +323,10 @@ def measure_model(model: Model, info: ModelInfo, modes: list[str], batches: list
             failures[mode] = f"{type(err).__name__}: {err}"
     relative = model.unit == "events"  # DeepMET's (px, py) are GeV, not scores
     for rows_per_call in sizes:
-        inputs = make_inputs(info, rows_per_call, args.seed)
+        if time.perf_counter() > deadline:
+            failures["budget"] = f"--budget-s {args.budget_s:g} spent: batch sizes from {rows_per_call} on not measured"
+            break
+        inputs = make_inputs(info, rows_per_call, args.seed, recorded)
         if reference is not None:
             ref_runner, ref_info = reference
             ref_inputs = dict(zip([s.name for s in ref_info.inputs], inputs.values()))
@@ -333,8 +374,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"served: local Triton, {report['instances']} instance(s) per model, "
              f"{'KIND_CPU (dry run)' if report['device'] == 'cpu' else 'KIND_GPU'}, dynamic batching, "
              f"{report['in_flight']} requests in flight, {report['served_precision']}",
-             "- inputs: from the models' shapes (not generated events): variable lengths at preprocess.json's maximum, "
-             "CMS-normalised-like features; events/s = inferences/s ÷ objects per event "
+             f"- inputs: {report['inputs']}; events/s = inferences/s ÷ objects per event "
              f"({', '.join(f'{k}={v:g}' for k, v in report['per_event'].items())})",
              f"- max |Δ|: against onnxruntime on the CPU (DeepMET: relative to its largest |output|); "
              f"fp16 counts when ≤ {report['fp16_tolerance']:g}", ""]
@@ -407,6 +447,27 @@ def parse_list(text: str, option: str, known: tuple[str, ...] | None = None) -> 
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    if args.record_inputs:
+        from ._model_inputs import record
+
+        if args.record_events < 1 or args.record_rows < 1:
+            raise SystemExit("sonic bench gpu-models: --record-events and --record-rows must be ≥ 1")
+        counts = record(args.record_inputs, args.record_events, args.seed, args.record_rows)
+        print(f"recorded {args.record_events} events' model inputs into {args.record_inputs}: rows per event "
+              + ", ".join(f"{k} {v:.2f}" for k, v in counts.items()))
+        return 0
+    recordings: dict[str, dict[str, np.ndarray]] = {}
+    recorded_per_event: dict[str, float] = {}
+    if args.inputs != "shapes":
+        from ._model_inputs import load
+
+        if not os.path.isfile(args.inputs):
+            raise SystemExit(f"sonic bench gpu-models: --inputs {args.inputs!r}: no such file "
+                             "(\"shapes\", or a file written by --record-inputs)")
+        try:
+            recordings, recorded_per_event = load(args.inputs)
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"sonic bench gpu-models: --inputs {args.inputs!r}: not a recording: {err}") from None
     models = [MODELS[k] for k in parse_list(args.models, "--models", tuple(MODELS))]
     modes = parse_list(args.modes, "--modes", MODES)
     try:
@@ -415,7 +476,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"sonic bench gpu-models: --batch-sizes {args.batch_sizes!r}: integers, comma-separated") from None
     if batches[0] < 1 or args.in_flight < 1 or args.instances < 1 or args.seconds <= 0:
         raise SystemExit("sonic bench gpu-models: batch sizes, --in-flight and --instances must be ≥ 1, --seconds > 0")
-    per_event = {m.key: m.per_event for m in models}
+    source_of = {m.key: m.recorded_as or m.name for m in models}
+    per_event = {m.key: recorded_per_event.get(source_of[m.key], m.per_event) for m in models}
     for item in parse_list(args.per_event, "--per-event") if args.per_event else []:
         key, _, value = item.partition("=")
         if key not in per_event:
@@ -456,7 +518,8 @@ def run(args: argparse.Namespace) -> int:
                 if model.key not in entries:
                     continue
                 model_rows, model_failures = measure_model(model, entries[model.key], modes, batches, args, client,
-                                                           per_event[model.key])
+                                                           per_event[model.key], start + args.budget_s,
+                                                           recordings.get(source_of[model.key]))
                 rows += model_rows
                 failures.update({f"{model.key} {mode}": why for mode, why in model_failures.items()})
         finally:
@@ -469,7 +532,8 @@ def run(args: argparse.Namespace) -> int:
               "device": args.device, "threads": args.threads, "instances": args.instances, "in_flight": args.in_flight,
               "served_precision": args.served_precision,
               "seconds_per_point": args.seconds, "fp16_tolerance": args.fp16_tolerance, "per_event": per_event,
-              "inputs": "model shapes (preprocess.json maximum lengths), seed %d" % args.seed,
+              "inputs": (f"recorded from generated events ({args.inputs})" if recordings else
+                         f"model shapes (preprocess.json maximum lengths), seed {args.seed}"),
               "rows": rows, "failures": failures, "total_s": time.perf_counter() - start}
     text = markdown(report)
     write(out, "gpu_models.json", json.dumps(report, indent=2, default=str))

@@ -190,7 +190,8 @@ def _clip(node: Node, args: list) -> list[torch.Tensor]:
     x = args[0]
     low = args[1] if len(args) > 1 else node.attrs.get("min")
     high = args[2] if len(args) > 2 else node.attrs.get("max")
-    low, high = (v.item() if isinstance(v, torch.Tensor) else v for v in (low, high))
+    # tensor bounds stay tensors: ``.item()`` of a device tensor would wait for the GPU at every Clip
+    low, high = (v.to(x.device, x.dtype) if isinstance(v, torch.Tensor) else v for v in (low, high))
     return [torch.clamp(x, low, high)]
 
 
