@@ -53,6 +53,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--latency-ms-per-event", type=float, metavar="MS",
                         help="a job's wait on inference per event with the server to itself (for the knee; default: "
                              "the wait in a SONIC job report, else the server time)")
+    parser.add_argument("--host-cores", type=float, metavar="C",
+                        help="CPU cores the jobs share on one host (default: each job has its own: only the server "
+                             "bounds the knee)")
+    parser.add_argument("--cpu-ms-per-event", type=float, metavar="MS",
+                        help="a job's CPU time per event (default: CPU time / events of the job reports)")
+    parser.add_argument("--server-on-host", action="store_true",
+                        help="a CPU server computes on those same cores: its compute per event counts as host CPU")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="the plan as JSON: on stdout instead of the text, or written to FILE")
     sim = parser.add_argument_group("simulation (--simulate)")
@@ -113,8 +120,21 @@ def main(args: argparse.Namespace) -> int:
         latency, sources["t_ml"] = args.latency_ms_per_event / 1000, "given"
     elif job is not None and job.mode == "sonic" and job.wait_s_per_event > 0:
         latency, sources["t_ml"] = job.wait_s_per_event, "job reports: wait on inference (unloaded only if the job had the server to itself)"
+    host_cpu = None
+    if args.host_cores is not None:
+        if args.cpu_ms_per_event is not None:
+            host_cpu, sources["c_host"] = args.cpu_ms_per_event / 1000, "given"
+        elif job is not None and job.cpu_s_per_event > 0:
+            host_cpu, sources["c_host"] = job.cpu_s_per_event, "job reports: CPU time / events"
+        else:
+            raise GridError("--host-cores needs the job's CPU per event: job reports or --cpu-ms-per-event")
+        if args.server_on_host:
+            if not server_s:
+                raise GridError("--server-on-host needs the server time per event (--server-ms-per-event or reports)")
+            host_cpu += server_s
+            sources["c_host"] += " + the server's compute per event"
     result = plan(other, server_s, bytes_per_event, args.link_gbps, args.link_utilisation, args.server_utilisation,
-                  latency)
+                  latency, cores=args.host_cores, host_cpu_s_per_event=host_cpu)
     document: dict[str, Any] = {**result.as_dict(), "sources": sources,
                                 "job_reports": list(job.sources) if job else [],
                                 "server_reports": list(server.sources) if server else [],
@@ -153,8 +173,10 @@ def simulation(args: argparse.Namespace, result: Plan, job: Measurement | None) 
                                 servers=args.servers, instances=args.instances, max_batch=args.max_batch,
                                 queue_delay_s=args.queue_delay_ms / 1000, fixed=args.batch_fixed,
                                 service_cv=args.service_cv, other_cv=args.other_cv, events=args.events,
+                                cores=round(result.cores or 0), cpu_s=min(result.host_cpu_s_per_event or 0.0,
+                                                                          result.other_s_per_event),
                                 link_gbps=None if args.no_link or not result.bytes_per_event else args.link_gbps)
-    knee = (result.knee_jobs_per_server or 1.0) * args.servers
+    knee = min((result.knee_jobs_per_server or 1.0) * args.servers, result.host_knee_jobs or float("inf"))
     jobs = args.jobs or sorted({max(1, round(knee * f)) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)})
     runs = [simulate(Scenario(jobs=j, **settings)).as_dict() for j in jobs]
     return {"settings": settings, "runs": runs}

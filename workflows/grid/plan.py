@@ -27,12 +27,28 @@ Where the numbers come from (each can also be given by hand, and the report says
   model's bytes per row from its repository entry (``--repository``, fixed shapes only); else
   ``--bytes-per-event``.
 
-The **knee**: with deterministic times one job takes ``t_other + t_ml`` per event alone (``t_ml``: its
-wait on inference with the server to itself, the server time if not measured), and a server is
-saturated once ``N × t_server`` exceeds that, so the time per event is
-``max(t_other + t_ml, N × t_server / servers)`` and the knee lies at ``N = (t_other + t_ml) / t_server``
-jobs per server (:func:`predicted_time_per_event`). Queues, batching and a link past this
-arithmetic are what ``simulate.py`` is for.
+The **knee** is where the time per event starts to rise: where the flat line (one job alone) meets the
+saturated one (N jobs over the most events per second anything lets through), the same construction
+the scale benchmark applies to a measured curve. One job alone takes ``T_1 = t_other + t_ml`` per event
+(``t_ml``: its wait on inference with the server to itself, the server time if not measured). Two
+things cap the events per second of N jobs:
+
+* **the server**: ``servers / t_server`` (``t_server``: compute per event per instance);
+* **the host**, where the jobs share ``cores`` CPU cores (a test machine, or a grid node running several
+  jobs; a CPU server on the same node shares them too): ``cores / c_host``, with ``c_host`` the CPU
+  time one event costs that host — the job's own CPU per event (its whole process: modules,
+  framework, the client's serialisation and gRPC threads, all in its process time; not its wall
+  time, which counts sleeps and waits) plus, for a server on the same cores, the server's CPU per
+  event.
+
+So the time per event is ``max(T_1, N × t_server / servers, N × c_host / cores)``
+(:func:`predicted_time_per_event`) and the knee lies at ``N = T_1 × min(servers / t_server,
+cores / c_host)``: ``T_1 / t_server`` jobs per server when the server saturates first (``bound`` =
+"server"), ``T_1 × cores / c_host`` jobs on the host when its cores do ("host"). Every input is
+measured with one job: ``c_host`` does not grow under load (measured on the 2-core machine: 16.2 ms
+per event with one job, 15.4 ms at 16 jobs), but the cores are only the cores *free* for this work:
+other processes on the host take their share (the scale benchmark reports it). Queues, batching and a
+link past this arithmetic are what ``simulate.py`` is for.
 """
 
 from __future__ import annotations
@@ -226,6 +242,11 @@ class Plan:
     bytes_per_s_per_job: float | None = None
     link_job_cap: int | None = None
     servers_for_link_cap: int | None = None
+    cores: float | None = None
+    host_cpu_s_per_event: float | None = None
+    host_knee_jobs: float | None = None
+    knee_jobs: float | None = None
+    bound: str | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -234,28 +255,47 @@ class Plan:
 
 def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_event: float | None,
          link_gbps: float = 100.0, link_utilisation: float = 0.8, server_utilisation: float = 1.0,
-         latency_s_per_event: float | None = None) -> Plan:
-    """The two numbers from per-event times and bytes (see the module docstring for the formulas).
+         latency_s_per_event: float | None = None, cores: float | None = None,
+         host_cpu_s_per_event: float | None = None) -> Plan:
+    """The two numbers from per-event times and bytes, and the knee with the bound that sets it (see the
+    module docstring for the formulas).
 
     Args:
         latency_s_per_event: a job's wait on inference per event with the server to itself (for the
             knee; the server time when not given).
+        cores: CPU cores the jobs share (with a CPU server on them, if any); None: each job has its own, as
+            on a grid node per job, and only the server bounds.
+        host_cpu_s_per_event: CPU time one event costs those cores: the job's CPU per event, plus the
+            server's when it computes on the same cores.
 
     Example::
 
         plan(110.0, 1.6, None).jobs_per_server   # 68.75: ProtoDUNE's 68:1
+        plan(0.050, 0.005, None, latency_s_per_event=0.012, cores=2, host_cpu_s_per_event=0.016).bound  # "host"
     """
     if other_s_per_event <= 0:
         raise GridError("the time per event outside inference must be positive")
+    for name, value in (("cores", cores), ("host CPU per event", host_cpu_s_per_event)):
+        if value is not None and value <= 0:
+            raise GridError(f"plan: {name} must be positive, not {value}")
     result = Plan(other_s_per_event, server_s_per_event, bytes_per_event, link_gbps, link_utilisation,
-                  server_utilisation)
+                  server_utilisation, cores=cores, host_cpu_s_per_event=host_cpu_s_per_event)
+    latency = server_s_per_event if latency_s_per_event is None else latency_s_per_event
+    alone = other_s_per_event + (latency or 0.0)
     if server_s_per_event:
-        result.latency_s_per_event = latency_s_per_event or server_s_per_event
+        result.latency_s_per_event = latency
         result.jobs_per_server = other_s_per_event / server_s_per_event
         result.jobs_per_server_at_target = result.jobs_per_server * server_utilisation
-        result.knee_jobs_per_server = (other_s_per_event + result.latency_s_per_event) / server_s_per_event
+        result.knee_jobs_per_server = alone / server_s_per_event
     else:
         result.notes.append("no server time per event: give --server-timing or --server-ms-per-event")
+    if cores and host_cpu_s_per_event:
+        result.host_knee_jobs = alone * cores / host_cpu_s_per_event
+    knees = {bound: knee for bound, knee in (("server", result.knee_jobs_per_server), ("host", result.host_knee_jobs))
+             if knee is not None}
+    if knees:
+        result.bound = min(knees, key=knees.__getitem__)
+        result.knee_jobs = knees[result.bound]
     if bytes_per_event:
         result.bytes_per_s_per_job = bytes_per_event / other_s_per_event
         link_bytes = link_gbps * 1e9 / 8
@@ -269,10 +309,13 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
 
 
 def predicted_time_per_event(jobs: float | np.ndarray, other_s: float, latency_s: float, server_s: float,
-                             servers: int = 1) -> float | np.ndarray:
+                             servers: int = 1, host_cpu_s: float = 0.0, cores: float = 0.0) -> float | np.ndarray:
     """A job's time per event with ``jobs`` jobs on ``servers`` servers, deterministic times: flat at
-    ``other + latency`` until the servers saturate, then ``jobs × server_s / servers`` (the knee between)."""
-    return np.maximum(other_s + latency_s, np.asarray(jobs, dtype=float) * server_s / max(1, servers))
+    ``other + latency`` until the servers saturate (``jobs × server_s / servers``) or the host's ``cores``
+    do (``jobs × host_cpu_s / cores``), whichever comes first (the knee)."""
+    n = np.asarray(jobs, dtype=float)
+    host = n * host_cpu_s / cores if cores and host_cpu_s else 0.0
+    return np.maximum(np.maximum(other_s + latency_s, n * server_s / max(1, servers)), host)
 
 
 def report(result: Plan, job: Measurement | None = None, server: Measurement | None = None,
@@ -302,8 +345,13 @@ def report(result: Plan, job: Measurement | None = None, server: Measurement | N
         lines.append(f"  jobs per server = t_other / t_server = {result.jobs_per_server:.1f} : 1"
                      + (f"  ({result.jobs_per_server_at_target:.1f} at {100 * result.server_utilisation:.0f}% "
                         f"server utilisation)" if result.server_utilisation != 1.0 else ""))
-        lines.append(f"  knee = (t_other + t_ml) / t_server = {result.knee_jobs_per_server:.1f} jobs per server "
+        lines.append(f"  server knee = (t_other + t_ml) / t_server = {result.knee_jobs_per_server:.1f} jobs per server "
                      f"(t_ml = {1000 * result.latency_s_per_event:.3f} ms/event: a job's wait with the server to itself)")
+    if result.host_knee_jobs is not None:
+        lines.append(f"  host knee = (t_other + t_ml) x cores / c_host = {result.host_knee_jobs:.1f} jobs on the host "
+                     f"({result.cores:g} cores, c_host = {1000 * result.host_cpu_s_per_event:.3f} ms of CPU per event)")
+    if result.bound:
+        lines.append(f"  knee at {result.knee_jobs:.1f} jobs: the {result.bound} saturates first")
     if result.link_job_cap is not None:
         lines.append(f"  per job: B / t_other = {result.bytes_per_s_per_job / 1e6:.3f} MB/s")
         lines.append(f"  job cap for the link = u x L / (B / t_other) = {result.link_job_cap} jobs"
