@@ -23,6 +23,12 @@ The model (each piece taken from a measured task, see :func:`from_measurement`):
   (``cv=0``: deterministic).
 * **balancing**: each job sends a request to the server whose queue (waiting + executing) is shortest,
   ties taken in turn, as the client's server pool does with servers of equal queue time.
+* **host cores** (``cores``): jobs that share a host's cores (a test machine, a grid node running several
+  jobs) hold them for ``cpu_s`` of each event's ``other_s``; with ``server_on_cores`` a CPU server on the
+  same host executes on them too. Runnable work shares the cores equally (processor sharing, as the
+  operating system time-slices runnable processes): a core each while there are fewer than ``cores``,
+  else ``cores / n`` each. So the host saturates at ``cores / (cpu_s + a server's CPU per event)``
+  events/s, the planner's host bound.
 
 Example::
 
@@ -63,8 +69,11 @@ class Scenario:
         queue_delay_s: how long an idle instance waits for a fuller batch.
         fixed: share of a request's service time an execution pays once whatever its batch.
         service_cv, other_cv: coefficients of variation (0: deterministic).
-        cores, cpu_s: jobs sharing ``cores`` CPU cores (0: a core each, as on a grid), each event holding one
-            for ``cpu_s`` of its ``other_s`` (the rest, e.g. a sleep standing for more work, needs none).
+        cores, cpu_s: jobs sharing ``cores`` CPU cores (0: a core each, as on a grid), each event needing
+            ``cpu_s`` of CPU in its ``other_s`` (the rest, e.g. a sleep standing for more work, needs none).
+        cpu_cv: coefficient of variation of ``cpu_s`` (0: deterministic).
+        server_on_cores: the servers execute on those same cores (a CPU server on the jobs' host): an
+            execution is ``service_s`` of CPU work there.
         events: events per job simulated (the first ``warmup`` of each job are not counted).
         stagger: start the jobs at random times within one cycle (else all at once, in lock-step).
         seed: random seed.
@@ -87,6 +96,8 @@ class Scenario:
     other_cv: float = 0.0
     cores: int = 0
     cpu_s: float = 0.0
+    cpu_cv: float = 0.0
+    server_on_cores: bool = False
     events: int = 50
     warmup: int = 2
     stagger: bool = True
@@ -97,7 +108,7 @@ class Scenario:
         for name in ("jobs", "servers", "requests", "instances", "max_batch", "events"):
             if getattr(self, name) < 1:
                 raise GridError(f"simulation: {name} must be at least 1, not {getattr(self, name)}")
-        for name in ("other_s", "service_s", "overhead_s", "cpu_s", "cores", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv"):
+        for name in ("other_s", "service_s", "overhead_s", "cpu_s", "cores", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv", "cpu_cv"):
             if getattr(self, name) < 0:
                 raise GridError(f"simulation: {name} must not be negative, not {getattr(self, name)}")
         if not 0 <= self.fixed <= 1:
@@ -150,6 +161,44 @@ class _Server:
         return len(self.queue) + self.executing + self.in_transit
 
 
+class _Cores:
+    """A host's cores shared equally by the runnable work (processor sharing): each of ``n`` tasks
+    progresses at ``min(1, cores / n)`` of a core. Tasks carry what to do when their work is done."""
+
+    def __init__(self, cores: int):
+        self.cores = cores
+        self.tasks: dict[int, list[Any]] = {}  # id → [remaining CPU seconds, payload]
+        self.last = 0.0
+        self.version = 0  # the completion scheduled for this version is the valid one
+        self._ids = itertools.count()
+
+    def _rate(self) -> float:
+        return min(1.0, self.cores / len(self.tasks)) if self.tasks else 0.0
+
+    def advance(self, now: float) -> None:
+        """Every task's work done since the last change."""
+        done = (now - self.last) * self._rate()
+        for task in self.tasks.values():
+            task[0] -= done
+        self.last = now
+
+    def add(self, now: float, work: float, payload: tuple) -> None:
+        self.advance(now)
+        self.tasks[next(self._ids)] = [work, payload]
+
+    def finished(self, now: float) -> list[tuple]:
+        """The payloads of the tasks done by ``now`` (removed)."""
+        self.advance(now)
+        done = [key for key, (left, _) in self.tasks.items() if left <= 1e-9]  # 1 ns: rounding, not work
+        return [self.tasks.pop(key)[1] for key in done]
+
+    def next_done(self) -> float | None:
+        """When the task with the least work left finishes, if nothing changes before."""
+        if not self.tasks:
+            return None
+        return self.last + max(0.0, min(left for left, _ in self.tasks.values())) / self._rate()
+
+
 class _Link:
     """One direction of a link: transfers one after the other at ``bytes_per_s``."""
 
@@ -191,22 +240,26 @@ def simulate(s: Scenario) -> Result:
     completions: list[list[float]] = [[] for _ in range(s.jobs)]
     queue_waits: list[float] = []
 
-    free_cores = s.cores
-    cpu_queue: deque[int] = deque()
+    cores = _Cores(s.cores)
+
+    def on_cores(now: float, work: float, payload: tuple) -> None:
+        """Adds CPU work to the host's cores and schedules the next completion there."""
+        cores.add(now, work, payload)
+        reschedule()
+
+    def reschedule() -> None:
+        cores.version += 1
+        due = cores.next_done()
+        if due is not None:
+            push(due, "cores", cores.version)
 
     def start_event(job: int, now: float) -> None:
         event_start[job] = now
         if s.cores:
-            cpu_queue.append(job)
-            start_cpu(now)
+            cpu = _draw(rng, s.cpu_s, s.cpu_cv)
+            on_cores(now, cpu, ("job", job, cpu))
         else:
             push(now + _draw(rng, s.other_s, s.other_cv) + s.overhead_s, "send", job)
-
-    def start_cpu(now: float) -> None:
-        nonlocal free_cores
-        while free_cores and cpu_queue:
-            free_cores -= 1
-            push(now + s.cpu_s, "cpu_done", cpu_queue.popleft())
 
     def choose() -> _Server:
         shift = next(turn) % len(servers)  # ties taken in turn: the scan starts one server further each time
@@ -227,7 +280,10 @@ def simulate(s: Scenario) -> Result:
             server.executing += len(batch)
             server.busy_s += duration
             queue_waits.extend(now - arrival for arrival, _ in batch)
-            push(now + duration, "executed", server.index, tuple(job for _, job in batch))
+            if s.cores and s.server_on_cores:  # CPU work on the host's shared cores: slower when they are busy
+                on_cores(now, duration, ("executed", server.index, tuple(job for _, job in batch)))
+            else:
+                push(now + duration, "executed", server.index, tuple(job for _, job in batch))
 
     cycle = s.other_s + s.overhead_s + s.service_s * s.requests
     for job in range(s.jobs):  # jobs start spread over one cycle, as a batch system's do, not in lock-step
@@ -243,11 +299,16 @@ def simulate(s: Scenario) -> Result:
                 server.requests += 1
                 server.in_transit += 1
                 push(up.transfer(now, s.bytes_sent), "arrive", server.index, job)
-        elif kind == "cpu_done":
-            (job,) = data
-            free_cores += 1
-            start_cpu(now)
-            push(now + max(0.0, _draw(rng, s.other_s, s.other_cv) - s.cpu_s) + s.overhead_s, "send", job)
+        elif kind == "cores":
+            if data[0] != cores.version:
+                continue  # the work on the cores changed since this completion was scheduled
+            for payload in cores.finished(now):
+                if payload[0] == "job":
+                    _, job, cpu = payload
+                    push(now + max(0.0, _draw(rng, s.other_s, s.other_cv) - cpu) + s.overhead_s, "send", job)
+                else:
+                    push(now, *payload)
+            reschedule()
         elif kind == "arrive":
             index, job = data
             server = servers[index]
@@ -338,8 +399,9 @@ def knee(s: Scenario) -> float:
     capacity = s.service_s * s.requests / (s.servers * s.instances)
     if s.link_gbps:
         capacity = max(capacity, s.bytes_sent * s.requests / (s.link_gbps * 1e9 / 8))
-    if s.cores and s.cpu_s:
-        capacity = max(capacity, s.cpu_s / s.cores)
+    host = s.cpu_s + (s.service_s * s.requests if s.server_on_cores else 0.0)
+    if s.cores and host:
+        capacity = max(capacity, host / s.cores)
     return alone / capacity if capacity > 0 else math.inf
 
 
