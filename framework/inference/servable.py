@@ -34,7 +34,7 @@ from .repository import DEFAULT_MODEL_FILES, ModelInfo, backend_of
 BUILTIN = frozenset({"python", "ensemble"})
 #: our python-based backends → the module their ``model.py`` needs in the server's python (onnxruntime,
 #: a dependency of sonic-hep, is not probed: every server start would pay for the import)
-ENGINES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tensorflow"}
+ENGINES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tensorflow", "onnxtorch": "torch"}
 #: where our python-based backends live (a folder per backend name, holding ``model.py``)
 BACKENDS = Path(__file__).resolve().parent / "backends"
 

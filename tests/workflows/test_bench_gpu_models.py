@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.runtime_repository import runtime_config
 from sonic_hep.framework.inference.service import resolve_repository
-from sonic_hep.workflows.bench.gpu_models import write_served_repository
+from sonic_hep.workflows.bench.gpu_models import from_recorded, write_served_repository
 
 
 def test_served_repository_runs_the_onnx_files_on_gpu_instances_of_the_torch_backend(tmp_path):
@@ -29,6 +30,27 @@ def test_served_repository_runs_the_onnx_files_on_gpu_instances_of_the_torch_bac
         assert [s.name for s in info.inputs] == [s.name for s in before.inputs]
         # the dry run's CPU server turns the GPU instances into CPU ones
         assert runtime_config(info, "cpu").instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+
+
+def test_recorded_rows_are_cycled_padded_and_checked_against_the_model():
+    info = ModelRepository([resolve_repository("data/models/miniaod")]).get("miniaod_particlenet_ak4")
+    rng = np.random.default_rng(1)
+    recorded = {"pf_points": rng.random((2, 2, 7)), "pf_features": rng.random((2, 20, 7)), "pf_mask": np.ones((2, 1, 7)),
+                "sv_points": rng.random((2, 2, 3)), "sv_features": rng.random((2, 11, 3)), "sv_mask": np.ones((2, 1, 3))}
+    got = from_recorded(info, 5, recorded)
+    # preprocess.json's maximum lengths: 50 particles, 5 SVs; rows 0, 1, 0, 1, 0; zeros after the recorded length
+    assert got["pf_features"].shape == (5, 20, 50) and got["sv_mask"].shape == (5, 1, 5)
+    assert got["pf_features"].dtype == np.float32
+    np.testing.assert_array_equal(got["pf_features"][2, :, :7], recorded["pf_features"][0].astype(np.float32))
+    assert not got["pf_features"][:, :, 7:].any() and not got["sv_mask"][:, :, 3:].any()
+    recorded["pf_features"] = rng.random((2, 25, 7))  # AK8's 25 features are not AK4's 20
+    with pytest.raises(ValueError, match="miniaod_particlenet_ak4.*'pf_features'"):
+        from_recorded(info, 1, recorded)
+
+
+def test_inputs_file_that_is_missing_is_named(sonic_cli, tmp_path):
+    result = sonic_cli("bench", "gpu-models", "--out", tmp_path, "--inputs", tmp_path / "nothing.npz")
+    assert result.returncode != 0 and "nothing.npz" in result.stderr and "--record-inputs" in result.stderr
 
 
 def test_unknown_model_is_refused_naming_it(sonic_cli, tmp_path):
