@@ -318,11 +318,12 @@ class OnnxTorchGraph:
         raise ValueError(f"node {node.name!r}: Constant without a numeric value")
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A constant: floats on the device in float32, integers on the CPU."""
+        """A constant: floats on the device in float32, integers on the CPU (in pinned memory with a GPU, so
+        that an operator moving one to the GPU does not wait for the kernels before it)."""
         tensor = torch.from_numpy(np.array(array))
         if tensor.is_floating_point():
             return tensor.to(self.device, torch.float32)
-        return tensor
+        return tensor.pin_memory() if self.device.type == "cuda" else tensor
 
     @staticmethod
     def _cast(node: Node, args: list) -> list[torch.Tensor]:
@@ -337,7 +338,7 @@ class OnnxTorchGraph:
         weights = self.half_weights.get(index)
         if weights is None:
             return OPS[node.op](node, args)
-        args = [weights.get(name, arg.half() if arg is not None and arg.is_floating_point() else arg)
+        args = [weights[name] if name in weights else arg.half() if arg is not None and arg.is_floating_point() else arg
                 for name, arg in zip(node.inputs, args)]
         return [r.float() for r in OPS[node.op](node, args)]
 
