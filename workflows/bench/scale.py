@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -194,6 +195,53 @@ class GpuSampler:
         self._thread.join(10)
 
 
+class CpuSampler:
+    """The machine's busy CPU seconds and each server's (its process tree) every ``period`` s while running,
+    so that CPU use is read over exactly the stretch of steady events the times per event come from (a
+    window from the jobs' warm-up to the first exit counts start-up, ramp and a job's teardown too)."""
+
+    def __init__(self, pids: list[int], period: float = 0.1):
+        self.samples: list[tuple[float, float, list[float]]] = []  # (time.time(), busy s, [server s])
+        self._pids = pids
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+
+    def sample(self) -> None:
+        import psutil
+
+        from ._load import process_tree_cpu
+
+        times = psutil.cpu_times()._asdict()  # guest time is already part of user time: not counted twice
+        busy = sum(v for k, v in times.items() if k not in ("idle", "iowait", "guest", "guest_nice"))
+        self.samples.append((time.time(), busy, [process_tree_cpu(pid) for pid in self._pids]))
+
+    def _run(self, period: float) -> None:
+        while not self._stop.wait(period):
+            self.sample()
+
+    def over(self, start: float, stop: float) -> tuple[float, float, list[float]] | None:
+        """(seconds, machine busy cores, each server's cores) between the samples nearest ``start`` and
+        ``stop``; None when they are the same sample."""
+        if len(self.samples) < 2:
+            return None
+        a = min(self.samples, key=lambda sample: abs(sample[0] - start))
+        b = min(self.samples, key=lambda sample: abs(sample[0] - stop))
+        span = b[0] - a[0]
+        if span <= 0:
+            return None
+        return span, (b[1] - a[1]) / span, [(y - x) / span for x, y in zip(a[2], b[2])]
+
+    def __enter__(self) -> CpuSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.sample()
+
+
 def server_statistics(urls: list[str]) -> list[dict[str, dict[str, float]]]:
     """Each server's cumulative Triton counters per model."""
     from ...framework.inference.connection import ServerConnection, ServerSpec
@@ -271,7 +319,7 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
         server_cpu = [process_tree_cpu(server.pid) for server in servers]
         cpu = psutil.cpu_times()
         start = time.time()
-        with GpuSampler() as gpu:
+        with GpuSampler() as gpu, CpuSampler([server.pid for server in servers]) as sampled:
             while running():
                 time.sleep(0.02)
             elapsed = time.time() - start
@@ -297,6 +345,10 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
     busy = args.other_ms / 1000 if args.other_kind == "busy" else 0.0
     steady_cpu = [(r["cpu"][-1] - r["cpu"][args.warmup]) / (len(r["cpu"]) - 1 - args.warmup) - busy
                   for r in recorded if len(r["cpu"]) > args.warmup + 1]
+    # its spread from event to event (the simulation draws the jobs' CPU with it)
+    each_cpu = np.concatenate([np.diff(r["cpu"][args.warmup:]) - busy for r in recorded if len(r["cpu"]) > args.warmup + 2]
+                              or [np.zeros(0)])
+    cpu_cv = float(np.std(each_cpu) / np.mean(each_cpu)) if len(each_cpu) > 1 and np.mean(each_cpu) > 0 else 0.0
     warm = args.warmup
     completions = [s[warm + 1:] for s in stamps]  # the start of event i+1 is the end of event i
     first = max(c[0] for c in completions if c)
@@ -327,6 +379,25 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
         rate = jobs / float(np.mean(durations))
     busy = sum(cpu_after) - sum(cpu)
     idle = (cpu_after.idle + getattr(cpu_after, "iowait", 0)) - (cpu.idle + getattr(cpu, "iowait", 0))
+    cpu_percent = 100 * (busy - idle) / busy if busy > 0 else 0.0
+    server_cpu_percent = [100 * c / elapsed for c in server_cpu]
+    # the host's CPU over the steady events: the jobs' (their own clocks at each event), each server's and
+    # the machine's; what is left is other processes' load (a shared machine's, or this benchmark's own),
+    # which takes cores from the jobs
+    steady = sampled.over(first, last) if last > first else None
+    host: dict[str, Any] = {}
+    if steady is not None:
+        span, machine_cores, server_cores = steady
+        job_cores = 0.0
+        for r in recorded:
+            mine = [(w, c) for w, c in zip(r["wall"][warm:], r["cpu"][warm:]) if first <= w <= last]
+            if len(mine) >= 2 and mine[-1][0] > mine[0][0]:
+                job_cores += (mine[-1][1] - mine[0][1]) / (mine[-1][0] - mine[0][0])
+        cores = len(os.sched_getaffinity(0))
+        cpu_percent = 100 * machine_cores / cores
+        server_cpu_percent = [100 * c for c in server_cores]
+        host = {"steady_s": span, "job_cores": job_cores, "other_load_cores": machine_cores - job_cores - sum(server_cores),
+                "server_cpu_s_per_event": sum(server_cores) / rate if rate > 0 else None}
     planned = measure(timings)
     return {"servers": len(servers), "jobs": jobs, "events": events, "seconds": elapsed, "repository": repository,
             "time_per_event_median": statistics.median(durations), "time_per_event_p90": float(np.percentile(durations, 90)),
@@ -334,58 +405,79 @@ def measure_point(jobs: int, servers: list[Any], args: argparse.Namespace, repos
             "compute_ms_per_request": 1000 * compute_per_request,
             "requests_per_event": per_event, "server_share": share, "server_requests": list(sent_to.values()),
             "executions_per_request": executions / requests, "server_compute_s_per_event": busy_per_request * per_event,
-            "cpu_percent": 100 * (busy - idle) / busy if busy > 0 else 0.0,
-            "server_cpu_percent": [100 * c / elapsed for c in server_cpu],
+            "cpu_percent": cpu_percent, "server_cpu_percent": server_cpu_percent, **host,
             "gpu_percent": float(np.mean(gpu.samples)) if gpu.samples else None,
             "bytes_per_event": (sent + received) / max(1, events), "sent_fraction": sent / (sent + received) if sent + received else None,
             "wire_mb_per_s": (sent + received - shm) / max(1, events) * rate / 1e6,
             "shm_mb_per_s": shm / max(1, events) * rate / 1e6,
             "other_s_per_event": planned.other_s_per_event, "wait_s_per_event": planned.wait_s_per_event,
-            "client_cpu_s_per_event": float(np.median(steady_cpu)) if steady_cpu else planned.cpu_s_per_event}
+            "client_cpu_s_per_event": float(np.median(steady_cpu)) if steady_cpu else planned.cpu_s_per_event,
+            "client_cpu_cv": cpu_cv}
 
 
 # -- predictions ----------------------------------------------------------------------------------------
-def predictions(points: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """The planner's knee and the simulation of every point: a job's figures from the one-job, one-server
-    point, the server's from the busiest one-server point."""
+def predictions(points: list[dict[str, Any]], args: argparse.Namespace, cores: int) -> dict[str, Any]:
+    """The planner's knee (with the bound that sets it) and the simulation of every point, from the one-job,
+    one-server point: its time per event alone, its t_other, its CPU per event and the server's CPU per
+    event with that one job; ``cores``: the measuring machine's."""
     base = next((p for p in points if p["jobs"] == 1 and p["servers"] == 1), None)
     if base is None:
         return {"note": "no N=1 point with one server: nothing to predict from"}
-    # the server's cost per event under load: the median over the one-server points with several jobs (a GPU
-    # idle between one job's events runs slower clocks and colder caches: ProtoDUNE's compute per request
-    # halves from N=1 to N=40 on an H100; the median keeps one disturbed point on a shared CPU from deciding)
-    loaded = [p for p in points if p["servers"] == 1 and p["jobs"] > 1] or [base]
     instances = args.server_instances or model_instances(base["repository"])
-    t_server = statistics.median(p["server_compute_s_per_event"] for p in loaded) / instances  # side by side
-    # a job's wait alone: its time per event less the planner's t_other (the sum of the external modules'
-    # waits overcounts when a job's producers wait together); never less than one execution
-    latency = max(base["time_per_event_median"] - base["other_s_per_event"], t_server * instances)
-    result = plan(base["other_s_per_event"], t_server, base["bytes_per_event"] or None, latency_s_per_event=latency)
-    # this host's cores, shared by the jobs' own CPU work (the sleep standing for the rest needs none): on
-    # a 2-core machine they, not the server, may bind first; on a grid each job has its cores
-    cores = len(os.sched_getaffinity(0))
-    # a CPU server computes on the same cores
-    cpu = base["client_cpu_s_per_event"] + (t_server * instances if args.device == "cpu" else 0.0)
-    settings = from_measurement(base["other_s_per_event"], t_server * instances, base["requests_per_event"],
-                                base["bytes_per_event"], base["sent_fraction"] or 1.0, instances=instances,
-                                cores=cores, cpu_s=min(cpu, base["other_s_per_event"]),
-                                overhead_s=max(0.0, latency - t_server * instances),
-                                service_cv=args.sim_service_cv, events=args.events, warmup=args.warmup)
+    loaded = [p for p in points if p["servers"] == 1 and p["jobs"] > 1] or [base]
+    if args.device == "gpu":
+        # a GPU's compute per event under load: the median over the loaded one-server points (a GPU idle
+        # between one job's events runs slower clocks and colder caches: ProtoDUNE's compute per request
+        # halves from N=1 to N=40 on an H100; the median keeps one disturbed point from deciding)
+        t_server, t_from = statistics.median(p["server_compute_s_per_event"] for p in loaded) / instances, \
+            f"median of N={'/'.join(str(p['jobs']) for p in loaded)}"
+    else:
+        # a CPU server: its compute with one job (under load its wall time per request also counts waiting
+        # for the host's cores, which is the host's bound, counted there)
+        t_server, t_from = base["server_compute_s_per_event"] / instances, "N=1"
+    alone = base["time_per_event_median"]  # the flat line: one job with the server to itself
+    latency = max(0.0, alone - base["other_s_per_event"])  # its producers' requests overlap its own work
+    # the host's CPU per event: the job's (process time over its steady events: modules, framework and the
+    # client's gRPC threads) and, the servers running on this host, the server's (its process tree's CPU
+    # per event; a CPU server's compute where not recorded; a GPU server's host CPU is then unknown: 0)
+    server_cpu = base.get("server_cpu_s_per_event")
+    if server_cpu is None:
+        server_cpu = t_server * instances if args.device == "cpu" else 0.0
+    host_cpu = base["client_cpu_s_per_event"] + server_cpu
+    result = plan(base["other_s_per_event"], t_server, base["bytes_per_event"] or None, latency_s_per_event=latency,
+                  cores=cores if host_cpu > 0 else None, host_cpu_s_per_event=host_cpu if host_cpu > 0 else None)
+    # the simulation: a CPU server executes on the host's cores (its CPU per event is its work there), a GPU
+    # server's host CPU, if measured, is added to the job's
+    on_cores = args.device == "cpu" and host_cpu > 0
+    settings = from_measurement(base["other_s_per_event"], server_cpu if on_cores else t_server * instances,
+                                base["requests_per_event"], base["bytes_per_event"], base["sent_fraction"] or 1.0,
+                                instances=instances, cores=cores if host_cpu > 0 else 0, server_on_cores=on_cores,
+                                cpu_cv=base.get("client_cpu_cv") or 0.0, service_cv=args.sim_service_cv,
+                                events=args.events, warmup=args.warmup)
+    job_cpu = base["client_cpu_s_per_event"] if on_cores else host_cpu
+    # one simulated job alone takes exactly the measured time per event: t_other is shortened where the
+    # simulation would run after it the requests that really overlapped it
+    service = settings["service_s"] * math.ceil(settings["requests"] / instances)
+    settings["other_s"] = max(alone - service, min(job_cpu, alone))
+    settings["overhead_s"] = max(0.0, alone - service - settings["other_s"])
+    settings["cpu_s"] = min(job_cpu, settings["other_s"])
     for point in points:
         sim = simulate(Scenario(jobs=point["jobs"], servers=point["servers"], **settings))
         point["simulated_time_per_event_median"] = sim.time_per_event_median
         point["simulated_events_per_s"] = sim.events_per_s
         point["simulated_server_share"] = sim.server_share
-        point["predicted_time_per_event"] = max(float(predicted_time_per_event(
-            point["jobs"], base["other_s_per_event"], result.latency_s_per_event, t_server, point["servers"])),
-            point["jobs"] * cpu / cores)
+        point["predicted_time_per_event"] = float(predicted_time_per_event(
+            point["jobs"], base["other_s_per_event"], latency, t_server, point["servers"], host_cpu, cores))
         point["simulation_error"] = sim.time_per_event_median / point["time_per_event_median"] - 1
-    return {"from": f"t_other, t_ml: N=1, one server; t_server: median of N={'/'.join(str(p['jobs']) for p in loaded)}",
-            "t_other_s": base["other_s_per_event"], "t_server_s": t_server,
-            "instances": instances, "cores": cores, "client_cpu_s_per_event": cpu,
-            "host_knee_jobs": (base["other_s_per_event"] + result.latency_s_per_event) * cores / cpu if cpu else None,
-            "t_ml_s": result.latency_s_per_event, "knee_jobs_per_server": result.knee_jobs_per_server,
-            "jobs_per_server": result.jobs_per_server, "simulation_settings": settings}
+    # other processes' load during the loaded points: the cores they took were not free for the jobs
+    others = [p["other_load_cores"] for p in loaded if p.get("other_load_cores") is not None]
+    return {"from": f"t_other, t_ml, CPU per event: N=1, one server; t_server: {t_from}",
+            "t_other_s": base["other_s_per_event"], "t_server_s": t_server, "t_ml_s": latency, "alone_s": alone,
+            "instances": instances, "cores": cores, "job_cpu_s_per_event": base["client_cpu_s_per_event"],
+            "server_cpu_s_per_event": server_cpu, "host_cpu_s_per_event": host_cpu,
+            "knee_jobs_per_server": result.knee_jobs_per_server, "host_knee_jobs": result.host_knee_jobs,
+            "knee_jobs": result.knee_jobs, "bound": result.bound, "jobs_per_server": result.jobs_per_server,
+            "other_load_cores": statistics.median(others) if others else None, "simulation_settings": settings}
 
 
 def measured_knee(points: list[dict[str, Any]], servers: int) -> dict[str, Any]:
@@ -401,6 +493,16 @@ def measured_knee(points: list[dict[str, Any]], servers: int) -> dict[str, Any]:
             "knee_jobs_per_server": flat * top / servers, "saturated": saturated}
 
 
+def knee_for(pred: dict[str, Any], servers: int) -> float:
+    """The predicted knee in jobs with ``servers`` servers: the server bound grows with them, the host's not."""
+    return min(pred["knee_jobs_per_server"] * servers, pred.get("host_knee_jobs") or math.inf)
+
+
+def bound_for(pred: dict[str, Any], servers: int) -> str:
+    host = pred.get("host_knee_jobs")
+    return "host" if host is not None and host < pred["knee_jobs_per_server"] * servers else "server"
+
+
 # -- report -------------------------------------------------------------------------------------------
 def markdown(report: dict[str, Any]) -> str:
     args = report["arguments"]
@@ -408,7 +510,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines = ["# sonic bench scale", "", f"Machine: {report['machine']}  ", f"Command: `{report['command']}`  ",
              f"Workflow: {args['workflow']} ({report['input']}), {args['events']} events per job (first {args['warmup']} not "
              f"counted), other work {args['other_ms']:g} ms/event ({args['other_kind']}), servers on {args['device']}, "
-             f"shared memory {args['shared_memory']}", "",
+             f"shared memory {args['shared_memory']}  ",
+             f"Cores for the jobs and servers: {report.get('cores', '?')}; models served by: "
+             f"{', '.join(sorted(set((report.get('server_backends') or {}).values()))) or 'not recorded'}", "",
              "| servers | jobs | s/event median | p90 | events/s | queue ms/req | compute ms/req | exec/req | CPU % | server CPU % "
              "| GPU % | wire MB/s | shm MB/s | share per server | predicted s/event | simulated s/event | sim − meas |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -427,13 +531,22 @@ def markdown(report: dict[str, Any]) -> str:
                      f"(flat {knee['flat_s']:.4f} s/event × {knee['max_events_per_s']:.2f} events/s at most"
                      f"{'' if knee['saturated'] else '; NOT saturated in this range: a lower bound'})")
     if "knee_jobs_per_server" in pred:
-        lines.append(f"- predicted by `sonic plan` ({pred['from']}): (t_other {pred['t_other_s']:.4f} + t_ml {pred['t_ml_s']:.4f}) "
-                     f"/ t_server {pred['t_server_s']:.4f} = {pred['knee_jobs_per_server']:.1f} jobs per server "
-                     f"(t_server: compute per event / {pred['instances']} instance(s))")
+        lines.append(f"- predicted by `sonic plan` ({pred['from']}), the same construction: a job alone takes "
+                     f"{pred['alone_s']:.4f} s/event (t_other {pred['t_other_s']:.4f} + t_ml {pred['t_ml_s']:.4f});")
+        lines.append(f"  - server bound: / t_server {pred['t_server_s']:.4f} = {pred['knee_jobs_per_server']:.1f} jobs per "
+                     f"server (t_server: compute per event / {pred['instances']} instance(s))")
         if pred.get("host_knee_jobs"):
-            lines.append(f"- this host's {pred['cores']} cores bind at {pred['host_knee_jobs']:.1f} jobs ({1000 * pred['client_cpu_s_per_event']:.1f} "
-                         f"ms of CPU per event: the job's own, and the server's on a CPU server; the prediction and "
-                         f"simulation include it)")
+            lines.append(f"  - host bound: × {pred['cores']} cores / {1000 * pred['host_cpu_s_per_event']:.1f} ms of CPU per "
+                         f"event (the job's {1000 * pred['job_cpu_s_per_event']:.1f} + the server's "
+                         f"{1000 * pred['server_cpu_s_per_event']:.1f}) = {pred['host_knee_jobs']:.1f} jobs on this host")
+        for knee in report["knees"]:
+            predicted = knee_for(pred, knee["servers"])
+            lines.append(f"  - {knee['servers']} server(s): predicted knee {predicted:.1f} jobs ({bound_for(pred, knee['servers'])} "
+                         f"bound), measured {knee['knee_jobs']:.1f}: {100 * (predicted / knee['knee_jobs'] - 1):+.0f} %"
+                         f"{'' if knee['saturated'] else ' (the measured knee is a lower bound)'}")
+        if pred.get("other_load_cores") is not None:
+            lines.append(f"- other processes on this host used {pred['other_load_cores']:.2f} cores (median over the loaded "
+                         f"points: busy CPU less the jobs' and the servers'); those were not free for the jobs")
     balance = [p for p in report["points"] if p["servers"] > 1]
     if balance:
         worst = max(max(abs(s * p["servers"] - 1) for s in p["server_share"]) for p in balance)
@@ -465,17 +578,16 @@ def plot_figure(report: dict[str, Any], path: Path) -> None:
         bx.plot(n, [p["events_per_s"] for p in mine], "o-", color=colour, label=f"measured, {servers} server(s)")
         if "knee_jobs_per_server" in pred:
             grid = np.linspace(1, max(n), 200)
-            host = grid * pred.get("client_cpu_s_per_event", 0.0) / pred.get("cores", 1)
-            curve = np.maximum(predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"],
-                                                        servers), host)
+            curve = predicted_time_per_event(grid, pred["t_other_s"], pred["t_ml_s"], pred["t_server_s"], servers,
+                                             pred.get("host_cpu_s_per_event") or 0.0, pred["cores"])
             ax.plot(grid, curve, "--", color=colour, alpha=0.7, label=f"sonic plan, {servers} server(s)")
             bx.plot(grid, grid / curve, "--", color=colour, alpha=0.7)
-            ax.axvline(pred["knee_jobs_per_server"] * servers, color=colour, linestyle=":", alpha=0.8,
-                       label=f"sonic plan knee {pred['knee_jobs_per_server'] * servers:.0f} jobs")
+            ax.axvline(knee_for(pred, servers), color=colour, linestyle=":", alpha=0.8,
+                       label=f"sonic plan knee {knee_for(pred, servers):.3g} jobs ({bound_for(pred, servers)} bound)")
         knee = next((k for k in report["knees"] if k["servers"] == servers), None)
         if knee:
             ax.axvline(knee["knee_jobs"], color=colour, linestyle="-", alpha=0.3, linewidth=4,
-                       label=f"measured knee {knee['knee_jobs']:.0f} jobs" + ("" if knee["saturated"] else " (≥)"))
+                       label=f"measured knee {knee['knee_jobs']:.3g} jobs" + ("" if knee["saturated"] else " (≥)"))
     ax.set_xlabel("number of client processes")
     ax.set_ylabel("processing time per event (s)")
     ax.set_ylim(0, None)
@@ -526,7 +638,7 @@ def choose_other_ms(args: argparse.Namespace, repository: str, path: str | None,
         points = [measure_point(n, [server], args, repository, path, work) for n in (1, 16)]
     finally:
         server.stop()
-    pred = predictions(points, args)
+    pred = predictions(points, args, len(os.sched_getaffinity(0)))
     fixed = points[0]["other_s_per_event"] - args.other_ms / 1000  # preprocessing and framework per event
     other = max(0.01, args.knee_at * pred["t_server_s"] - pred["t_ml_s"] - fixed)
     print(f"pilot: t_server {pred['t_server_s']:.4f} s, t_ml {pred['t_ml_s']:.4f} s, rest of the job {fixed:.4f} s "
@@ -546,6 +658,7 @@ def run(args: argparse.Namespace) -> int:
     repository = str(resolve_repository(args.repository or WORKFLOWS[args.workflow][2 if args.device == "gpu" else 1]))
     points: list[dict[str, Any]] = []
     failures: dict[str, str] = {}
+    backends: dict[str, str] = {}  # what served each model (a native or a python-based onnxruntime backend)
     work = out / "jobs"
     pilot = choose_other_ms(args, repository, path, out / "pilot") if args.knee_at else None
     for count in sorted(set(args.servers)):
@@ -553,6 +666,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             for server in servers:
                 server.start()
+                backends.update(getattr(server, "model_backends", None) or {})
             for jobs in sorted(set(args.jobs)):
                 try:
                     points.append(measure_point(jobs, servers, args, repository, path, work))
@@ -567,9 +681,10 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for server in servers:
                 server.stop()
-    prediction = predictions(points, args)
-    report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
-              "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "input": os.path.basename(path) if path else "generated toy jets",
+    cores = len(os.sched_getaffinity(0))  # the cores this benchmark (its jobs and servers) may run on
+    prediction = predictions(points, args, cores)
+    report = {"machine": machine_description(), "cores": cores, "command": " ".join(["sonic", *sys.argv[1:]]),
+              "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "input": os.path.basename(path) if path else "generated toy jets", "server_backends": backends,
               "points": points, "prediction": prediction, "failures": failures, "pilot": pilot,
               "knees": [k for k in (measured_knee(points, s) for s in sorted({p["servers"] for p in points})) if k]}
     (out / "scale.json").write_text(json.dumps(report, indent=1, default=str))
@@ -594,7 +709,10 @@ def redraw(path: str) -> None:
         args.server_instances = report["prediction"].get("instances", 0)
     for point in report["points"]:
         point.setdefault("client_cpu_s_per_event", 0.0)
-    report["prediction"] = predictions(report["points"], args)
+    if "cores" not in report:  # results measured before the report named them: the machine's description does
+        found = re.search(r"(\d+) cores", report["machine"])
+        report["cores"] = int(found.group(1)) if found else len(os.sched_getaffinity(0))
+    report["prediction"] = predictions(report["points"], args, report["cores"])
     report["knees"] = [k for k in (measured_knee(report["points"], s) for s in sorted({p["servers"] for p in report["points"]})) if k]
     path_.write_text(json.dumps(report, indent=1, default=str))
     path_.with_suffix(".md").write_text(markdown(report))
