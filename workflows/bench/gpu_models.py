@@ -378,6 +378,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"({', '.join(f'{k}={v:g}' for k, v in report['per_event'].items())})",
              f"- max |Δ|: against onnxruntime on the CPU (DeepMET: relative to its largest |output|); "
              f"fp16 counts when ≤ {report['fp16_tolerance']:g}", ""]
+    lines += summary(report["rows"])
     for model in dict.fromkeys(r["model"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["model"] == model]
         unit = rows[0]["unit"]
@@ -412,21 +413,49 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     models = list(dict.fromkeys(r["model"] for r in report["rows"])) or ["(none)"]
-    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 4), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    columns = min(3, len(models))
+    lines = -(-len(models) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(5 * columns, 4 * lines), squeeze=False)
+    for ax in axes.flat[len(models):]:
+        ax.set_visible(False)
+    for ax, model in zip(axes.flat, models):
         rows = [r for r in report["rows"] if r["model"] == model]
-        for i, mode in enumerate(dict.fromkeys(r["mode"] for r in rows)):
+        unit = rows[0]["unit"] if rows else ""
+        for mode in dict.fromkeys(r["mode"] for r in rows):
             pts = sorted((r["batch"], r["inferences_per_s"]) for r in rows if r["mode"] == mode)
             ax.plot(*zip(*pts), marker="o", color=f"C{MODES.index(mode)}", label=mode)
-        ax.set(title=model, xlabel=f"batch size ({rows[0]['unit'] if rows else ''})",
-               ylabel=f"{rows[0]['unit'] if rows else ''}/s", xscale="log", yscale="log")
+        ax.set(title=model, xlabel=f"batch size ({unit})", ylabel=f"{unit}/s", xscale="log", yscale="log")
+        ticks = sorted({r["batch"] for r in rows})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.legend(fontsize=7)
-    fig.suptitle(f"throughput vs batch size — {report['machine'][:90]}", fontsize=8)
+    gpu = report["machine"].partition("GPU: ")[2].partition(", Linux")[0]  # the full line is in gpu_models.md
+    fig.suptitle(f"throughput vs batch size — torch on {report['device']}" + (f" ({gpu})" if gpu else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
+
+
+def summary(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: per model, each mode's best throughput (and its batch), and served ÷ CPU at their bests."""
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+    lines = ["## Summary: best throughput of each mode (rows/s at batch)", "",
+             "| model | " + " | ".join(modes) + " | served ÷ CPU |", "|---|" + "---:|" * (len(modes) + 1)]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        best = {}
+        for mode in modes:
+            candidates = [r for r in rows if r["model"] == model and r["mode"] == mode
+                          and r.get("within_tolerance", True)]
+            if candidates:
+                best[mode] = max(candidates, key=lambda r: r["inferences_per_s"])
+        cells = [f"{best[m]['inferences_per_s']:,.0f} @ {best[m]['batch']}" if m in best else "–" for m in modes]
+        ratio = (f"{best['served-gpu']['inferences_per_s'] / best['cpu-onnxruntime']['inferences_per_s']:.1f}×"
+                 if "served-gpu" in best and "cpu-onnxruntime" in best else "–")
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} |")
+    return lines + [""]
 
 
 def write(out: Path, name: str, content: str) -> None:
