@@ -240,10 +240,12 @@ def main(argv: list[str] | None = None) -> int:
               "validation_seed": args.seed + 1000, "validation_events": args.validation_events,
               "validation": evaluate(model, validation),
               "heldout_seed": args.heldout_seed, "heldout_full_events": args.heldout_events,
-              "heldout_full": evaluate(model, heldout), "heldout_cosmics15_seed31_4events": evaluate(model, heldout_few),
+              "heldout_full": evaluate(model, heldout),
+              "heldout_cosmics15_seed31_4events": evaluate(model, heldout_few),
               "args": vars(args)}
     Path(args.output).with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: report[k] for k in ("kept", "michel_threshold_folded", "validation", "heldout_full")}, indent=2))
+    print(json.dumps({k: report[k] for k in ("kept", "michel_threshold_folded", "validation", "heldout_full")},
+                     indent=2))
     if args.install:  # the report becomes the entry's training.json; the one it replaces goes under "previous"
         cpu_entry, gpu_entry = install(model)
         record = cpu_entry / "training.json"

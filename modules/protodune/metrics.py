@@ -55,3 +55,10 @@ def classification_metrics(em_trk_none: np.ndarray, michel_score: np.ndarray, tr
         "michel_efficiency": mean(tagged[michel_truth]),
         "michel_purity": mean(michel_truth[tagged]),
     }
+
+
+def michel_counts(tagged: np.ndarray, michel_truth: np.ndarray) -> tuple[int, int, int]:
+    """(true Michel hits tagged, hits tagged, true Michel hits): what efficiency and purity over
+    several events are sums of (a mean of per-event ratios would weight small events up)."""
+    tagged, michel_truth = np.asarray(tagged, bool), np.asarray(michel_truth, bool)
+    return int(np.sum(tagged & michel_truth)), int(np.sum(tagged)), int(np.sum(michel_truth))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sonic_hep.modules.protodune.metrics import classification_metrics
+from sonic_hep.modules.protodune.metrics import classification_metrics, michel_counts
 
 
 def test_metrics_count_what_they_say():
@@ -26,3 +26,9 @@ def test_metrics_count_what_they_say():
 def test_undefined_rates_are_nan():
     m = classification_metrics(np.array([[0.9, 0.05, 0.05]]), np.array([0.1]), np.array([0]), np.array([False]))
     assert np.isnan(m["shower_efficiency"]) and np.isnan(m["michel_efficiency"]) and np.isnan(m["michel_purity"])
+
+
+def test_michel_counts_are_what_rates_over_events_sum():
+    tagged = np.array([True, True, False, True, False])
+    truth = np.array([True, False, True, True, False])
+    assert michel_counts(tagged, truth) == (2, 3, 3)  # true tagged, tagged, true

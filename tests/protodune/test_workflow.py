@@ -38,6 +38,9 @@ def test_direct_job_scores_every_hit(direct_run, small_file):
     with uproot.open(small_file) as f:
         n_hits = f["Events"]["nHit"].array(library="np")
     assert np.array_equal(out["nHitScore"], n_hits)
+    assert [len(m) for m in out["HitMichel"]] == list(n_hits)  # MichelHits: one combined score per hit
+    assert all(np.all((m >= 0) & (m <= 1)) for m in out["HitMichel"])
+    assert np.array_equal(out["Summary_n_michel"], [int(np.sum(m > 0.5)) for m in out["HitMichel"]])
     for i in range(2):
         em = np.stack([out[f"HitScore_{k}"][i] for k in ("track", "em", "none")], axis=1)
         assert np.allclose(em.sum(axis=1), 1, atol=1e-5)
@@ -52,7 +55,7 @@ def test_direct_job_scores_every_hit(direct_run, small_file):
 @pytest.mark.triton
 def test_sonic_equals_direct(direct_run, small_file, tmp_path):
     """SONIC (a local Triton server started by the job, patches through shared memory) gives the
-    same scores as direct onnxruntime within 1e-5."""
+    same scores as direct onnxruntime within 1e-5, and so the same MichelHits scores (within 1e-4)."""
     _, direct = direct_run
     result, sonic = run_job(small_file, tmp_path / "sonic.root", "services.inference.mode=sonic",
                             "emtrkmichel.batch_size=1693")
@@ -60,6 +63,8 @@ def test_sonic_equals_direct(direct_run, small_file, tmp_path):
     for name in SCORES:
         for i in range(2):
             assert np.abs(sonic[f"HitScore_{name}"][i] - direct[f"HitScore_{name}"][i]).max() <= 1e-5
+    for i in range(2):  # downstream of inference, MichelHits agrees as well
+        assert np.abs(sonic["HitMichel"][i] - direct["HitMichel"][i]).max() <= 1e-4
 
 
 @pytest.mark.parametrize("content", ["beam and cosmics", "cosmics only"])
