@@ -1,30 +1,55 @@
 """One Triton server as the SONIC client sees it: a gRPC channel, the models it serves, requests to it.
 
-:class:`ServerConnection` sends *one* request (already split and checked by the client) with
-tritonclient's ``grpc.aio`` API on the framework's asyncio loop and hands back a
-``concurrent.futures.Future``; it never blocks on the result. Control calls (readiness, configs,
-statistics, shared memory registration) use the blocking client. Inputs (and outputs of fixed size) travel through system shared memory when the pool says
-the server is on this host. Every error leaves this file as a
-:class:`~.triton_errors.RequestError` (see ``triton_errors.py``).
+:class:`ServerConnection` sends *one* request (already split and checked by the client) and hands back
+a ``concurrent.futures.Future``; it never blocks on the result. Control calls (readiness, configs,
+statistics, shared memory registration) use tritonclient's blocking client. Inputs (and outputs of
+fixed size) travel through system shared memory when the pool says the server is on this host. Every
+error leaves this file as a :class:`~.triton_errors.RequestError` (see ``triton_errors.py``).
+
+The transport is gRPC's *blocking* ``ModelInfer`` call, made by a few worker threads per connection
+from a ``ModelInferRequest`` built on the caller's thread, because on a job's own cores the client's
+CPU per request is what SONIC costs over direct inference (issue 12). Measured on the 2-core machine
+(client CPU per request, ``time.process_time`` over thousands of requests to a local server, four
+requests per event each after ~1 ms of Python work as MiniAOD's producers send them):
+
+* ``grpc.aio`` on the framework's asyncio loop (the transport before): ~250 µs. Each request wakes the
+  loop and runs a task, ``wait_for``/``shield`` for the deadline and tritonclient's wrappers there;
+* gRPC's callback API (``ModelInfer.future``): ~230 µs. Its completions are read by a "channel spin
+  thread" that gRPC starts whenever the channel goes from no call to one call, i.e. per request here.
+  Keeping it alive takes a call held open on the server, which holds up Triton's graceful stop;
+* a blocking call on a worker thread: ~160 µs, what is used. The worker wakes once per request
+  (a ``SimpleQueue``), the call drives its own completion queue, the answer is read with
+  ``np.frombuffer`` from ``raw_output_contents``.
+
+Deadlines stay local (see :class:`ServerConnection`): one keeper thread for all connections
+(:class:`_Deadlines`) fails a caller at ``timeout_s`` while its call runs on, holding its worker.
 """
 
 from __future__ import annotations
 
-import asyncio
+import heapq
+import itertools
 import logging
 import math
+import os
+import queue
+import threading
+import time
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
-import tritonclient.grpc.aio as grpcaio
 import tritonclient.utils.shared_memory as shm
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
 from ..errors import ConfigError
-from ..futures import background_loop
 from .repository import ModelInfo, parse_specs
 from .shm import SharedMemoryPool, aligned
 from .tls_probe import hint, server_tls
@@ -45,6 +70,15 @@ ORPHAN_LIMIT = 256
 
 #: at close, how long to wait for calls still running before the channel (and so they) are closed
 CLOSE_GRACE_S = 5.0
+
+#: worker threads of one connection at most (calls in flight, timed-out ones included); more wait queued
+MAX_WORKERS = 64 + ORPHAN_LIMIT
+
+#: a worker without a request for this long leaves (so a burst of timed-out calls leaves no threads behind)
+WORKER_IDLE_S = 30.0
+
+#: gRPC's own message size limits (4 MiB to receive by default) raised to Triton's
+MAX_MESSAGE_BYTES = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -115,6 +149,11 @@ class ServerConnection:
     (DEADLINE_EXCEEDED, to be failed over) instead of piling more work on a server that is far
     behind. :meth:`close` waits ``CLOSE_GRACE_S`` for such calls before closing.
 
+    A timed-out call keeps its worker thread until it ends, so a connection has up to ``MAX_WORKERS``
+    threads (64 calls in flight + ``ORPHAN_LIMIT``); they are started when a request finds none
+    waiting and leave after ``WORKER_IDLE_S`` idle. A request still queued when its deadline passes is
+    never sent.
+
     Args:
         spec (ServerSpec): address and TLS settings.
         timeout_s (float): per-request deadline, enforced here: the caller gets DEADLINE_EXCEEDED after
@@ -131,7 +170,7 @@ class ServerConnection:
         self.spec = spec
         self.address = spec.address
         self.timeout_s = timeout_s
-        self.compression = None if compression == "none" else compression
+        self.compression = {"none": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}[compression]
         self.model_versions = {k: str(v) for k, v in (model_versions or {}).items()}
         self.client = grpcclient.InferenceServerClient(spec.address, ssl=spec.ssl,
                                                        root_certificates=spec.root_certificates,
@@ -139,10 +178,17 @@ class ServerConnection:
                                                        certificate_chain=spec.certificate_chain)
         self.shm = SharedMemoryPool(self.client, spec.address) if shared_memory in ("on", "auto") else None
         self.shm_min_bytes = SHM_MIN_BYTES if shared_memory == "auto" else 0
-        self._aio_client: grpcaio.InferenceServerClient | None = None
-        self._calls: set[asyncio.Future] = set()  # RPCs not finished, touched on the asyncio loop only
-        self._orphans: set[asyncio.Future] = set()  # those of them whose caller timed out
+        self._lock = threading.Lock()  # guards everything below
+        self._idle = threading.Condition(self._lock)  # notified when the last call ends (close waits for it)
+        self._channel: grpc.Channel | None = None  # the data plane's channel, opened on first use
+        self._model_infer: Any = None
+        self._calls: set[_Call] = set()  # sent (or queued) and not finished, timed-out ones included
+        self._orphans = 0  # those of them whose caller timed out
         self.orphaned = 0  # requests that timed out locally and were left to finish
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._workers = 0  # worker threads alive
+        self._waiting = 0  # of them, waiting on the queue
+        self._pending = 0  # requests (and stop marks) queued and not yet taken
 
     # -- control plane (blocking, short) ---------------------------------------------------------------
     def probe(self, timeout: float = 5.0) -> dict[str, str]:
@@ -189,96 +235,154 @@ class ServerConnection:
     def send(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> Future:
         """Starts one request; the Future gives ``{output: array}`` or fails with a RequestError.
 
-        The tensors are staged on the caller's thread (so the caller may reuse its arrays at once);
-        the gRPC call runs on the framework's asyncio loop (``grpc.aio``), which costs the caller
-        tens of microseconds where the callback API's thread start per idle channel cost a millisecond.
+        The request message is built (and shared memory staged) on the caller's thread, so the caller
+        may reuse its arrays at once; one of the connection's worker threads makes the blocking call
+        and completes the Future, or the deadline keeper fails it after ``timeout_s``.
         """
+        future: Future = Future()
         region = None
         try:
-            infer_inputs: list = []
-            requested: list = []
+            with self._lock:
+                orphans = self._orphans
+            if orphans >= ORPHAN_LIMIT:  # the server is far behind: do not pile more work on it
+                raise RequestError(info.name, self.address, "DEADLINE_EXCEEDED",
+                                   f"{orphans} earlier requests timed out and are still unanswered; "
+                                   "not sending more to this server", "failover")
+            request = pb.ModelInferRequest(model_name=info.name, model_version=self.model_versions.get(info.name, ""))
             slots: list[_OutputSlot] = []
             if self.shm is not None and sum(a.nbytes for a in inputs.values()) >= self.shm_min_bytes:
-                region, slots = self._stage(info, inputs, outputs, infer_inputs, requested)
+                region, slots = self._stage(info, inputs, outputs, request)
             else:
+                types = _datatypes(info, inputs)
                 for name, array in inputs.items():
-                    tensor = grpcclient.InferInput(name, array.shape, _datatype(info, name))
-                    tensor.set_data_from_numpy(np.ascontiguousarray(array))
-                    infer_inputs.append(tensor)
-                requested = [grpcclient.InferRequestedOutput(name) for name in outputs]
+                    tensor = request.inputs.add(name=name, datatype=types[name], shape=array.shape)
+                    request.raw_input_contents.append(_raw(array, tensor.datatype))
+                for name in outputs:
+                    request.outputs.add(name=name)
         except Exception as err:  # noqa: BLE001 - a failure to send is reported like a failed request
             if region is not None:
                 self.shm.release(region)
-            future: Future = Future()
             future.set_exception(convert(err, info.name, self.address))
             return future
-        return asyncio.run_coroutine_threadsafe(self._infer(info, infer_inputs, requested, outputs, slots, region),
-                                                background_loop())
+        call = _Call(self, info.name, request, outputs, slots, region, future, time.monotonic() + self.timeout_s)
+        with self._lock:
+            self._calls.add(call)
+            self._pending += 1
+            spawn = self._waiting < self._pending and self._workers < MAX_WORKERS
+            if spawn:
+                self._workers += 1
+        _DEADLINES.add(call)
+        self._queue.put(call)
+        if spawn:
+            threading.Thread(target=self._work, name=f"sonic-grpc-{self.address}", daemon=True).start()
+        return future
 
-    async def _infer(self, info: ModelInfo, infer_inputs: list, requested: list, outputs: list[str],
-                     slots: list[_OutputSlot], region: Any) -> dict[str, np.ndarray]:
-        """Waits at most ``timeout_s`` for the call, which is never cancelled (see the class docstring)."""
-        if len(self._orphans) >= ORPHAN_LIMIT:  # the server is far behind: do not pile more work on it
-            if region is not None:
-                self.shm.release(region)
-            raise RequestError(info.name, self.address, "DEADLINE_EXCEEDED",
-                               f"{len(self._orphans)} earlier requests timed out and are still unanswered; "
-                               "not sending more to this server", "failover")
-        call = asyncio.ensure_future(self._call(info, infer_inputs, requested, outputs, slots, region))
-        self._calls.add(call)
-        call.add_done_callback(self._forget)
+    def _work(self) -> None:
+        """A worker: takes requests off the queue and makes each call, blocking, to its end.
+
+        It leaves after ``WORKER_IDLE_S`` without work, unless a request was queued meanwhile that no
+        other waiting worker covers (so no request is ever left in the queue with nobody to take it).
+        """
+        while True:
+            with self._lock:
+                self._waiting += 1
+            try:
+                call = self._queue.get(timeout=WORKER_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    self._waiting -= 1
+                    if self._pending > self._waiting:
+                        continue
+                    self._workers -= 1
+                return
+            with self._lock:
+                self._waiting -= 1
+                self._pending -= 1
+                if call is None:  # closing
+                    self._workers -= 1
+                    return
+                started = not call.expired  # an expired request still queued is not sent at all
+            values, error = None, None
+            if started:
+                try:
+                    values = self._call(call)
+                except Exception as err:  # noqa: BLE001 - converted at this boundary
+                    error = convert(err, call.model, self.address)
+            if call.region is not None:  # only now: the server may write into it until the call ends
+                self.shm.release(call.region)
+            self._finish(call, values, error)
+
+    def _call(self, call: _Call) -> dict[str, np.ndarray]:
+        """The RPC itself (blocking), and its outputs read from the message or from shared memory."""
+        response = self._rpc()(call.request, timeout=max(ORPHAN_DEADLINE_S, 10 * self.timeout_s),
+                               compression=self.compression)
+        by_name = {slot.name: slot for slot in call.slots}
+        got = {}
+        raw = response.raw_output_contents
+        for index, output in enumerate(response.outputs):
+            slot = by_name.get(output.name)
+            if slot is not None:
+                got[output.name] = np.array(shm.get_contents_as_numpy(call.region.handle, slot.dtype,
+                                                                      list(output.shape), slot.offset))
+                continue
+            data = raw[index] if index < len(raw) else b""
+            if output.datatype == "BYTES":
+                got[output.name] = deserialize_bytes_tensor(data).reshape(output.shape)
+            else:
+                got[output.name] = np.frombuffer(data, triton_to_np_dtype(output.datatype)).reshape(output.shape)
+        missing = [name for name in call.outputs if name not in got]
+        if missing:
+            raise RequestError(call.model, self.address, "INTERNAL", f"the answer lacks outputs {missing}", "fatal")
+        values = {name: got[name] for name in call.outputs}
+        return values
+
+    def _finish(self, call: _Call, values: dict[str, np.ndarray] | None, error: BaseException | None) -> None:
+        """The call ended: its caller gets the outcome unless its deadline already failed it."""
+        with self._lock:
+            call.finished = True
+            self._calls.discard(call)
+            if call.expired:
+                self._orphans -= 1
+            if not self._calls:
+                self._idle.notify_all()
+            future, expired = call.release()
+        if expired:
+            return  # nobody waits for it any more: the outcome is dropped
         try:
-            return await asyncio.wait_for(asyncio.shield(call), self.timeout_s)
-        except asyncio.TimeoutError:
+            if error is None:
+                future.set_result(values)
+            else:
+                future.set_exception(error)
+        except InvalidStateError:  # the caller cancelled it
+            pass
+
+    def _expire(self, call: _Call) -> None:
+        """The deadline keeper's verdict: fail the caller now, let the call run on (never cancelled)."""
+        with self._lock:
+            if call.finished:
+                return
+            call.expired = True
+            self._orphans += 1
             self.orphaned += 1
-            if not call.done():
-                self._orphans.add(call)
-            raise RequestError(info.name, self.address, "DEADLINE_EXCEEDED",
-                               f"no answer within {self.timeout_s:g} s (the request was left to finish on the "
-                               "server; its answer will be dropped)", ACTIONS["DEADLINE_EXCEEDED"]) from None
-
-    def _forget(self, call: asyncio.Future) -> None:
-        """Drops a finished call; its outcome, if nobody waited for it any more, is dropped with it."""
-        self._calls.discard(call)
-        self._orphans.discard(call)
-        if not call.cancelled():
-            call.exception()  # retrieved, so asyncio does not log an orphan's failure as "never retrieved"
-
-    async def _call(self, info: ModelInfo, infer_inputs: list, requested: list, outputs: list[str],
-                    slots: list[_OutputSlot], region: Any) -> dict[str, np.ndarray]:
-        """The RPC itself, run to its end; the region is given back only then (the server may still write it)."""
+            future = call.future
         try:
-            result = await (await self._aio()).infer(
-                info.name, infer_inputs, model_version=self.model_versions.get(info.name, ""), outputs=requested,
-                client_timeout=max(ORPHAN_DEADLINE_S, 10 * self.timeout_s), compression_algorithm=self.compression)
-            values = {}
-            by_name = {slot.name: slot for slot in slots}
-            for name in outputs:
-                slot = by_name.get(name)
-                if slot is None:
-                    values[name] = result.as_numpy(name)
-                else:
-                    shape = list(result.get_output(name).shape)
-                    values[name] = np.array(shm.get_contents_as_numpy(region.handle, slot.dtype, shape, slot.offset))
-            return values
-        except Exception as err:  # noqa: BLE001 - converted at this boundary
-            raise convert(err, info.name, self.address) from None
-        finally:
-            if region is not None:
-                self.shm.release(region)
+            future.set_exception(RequestError(call.model, self.address, "DEADLINE_EXCEEDED",
+                                              f"no answer within {self.timeout_s:g} s (the request was left to finish "
+                                              "on the server, or not sent if still queued; its answer will be dropped)",
+                                              ACTIONS["DEADLINE_EXCEEDED"]))
+        except InvalidStateError:  # the caller cancelled it
+            pass
 
-    async def _aio(self) -> grpcaio.InferenceServerClient:
-        """The asyncio channel, created on the loop that uses it."""
-        if self._aio_client is None:
-            spec = self.spec
-            self._aio_client = grpcaio.InferenceServerClient(spec.address, ssl=spec.ssl,
-                                                             root_certificates=spec.root_certificates,
-                                                             private_key=spec.private_key,
-                                                             certificate_chain=spec.certificate_chain)
-        return self._aio_client
+    def _rpc(self) -> Any:
+        """The ``ModelInfer`` callable of this connection's channel (opened on first use, again after close)."""
+        with self._lock:
+            if self._channel is None:
+                self._channel = open_channel(self.spec)
+                self._model_infer = service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer
+            return self._model_infer
 
-    def _stage(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str], infer_inputs: list,
-               requested: list) -> tuple[Any, list[_OutputSlot]]:
+    def _stage(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str],
+               request: pb.ModelInferRequest) -> tuple[Any, list[_OutputSlot]]:
         """Puts the inputs into one borrowed region and reserves room there for fixed-size outputs."""
         batch = next(iter(inputs.values())).shape[0] if info.max_batch_size > 0 else None
         specs = {spec.name: spec for spec in info.outputs}
@@ -290,24 +394,27 @@ class ServerConnection:
                 continue
             shape = ([batch] if batch is not None else []) + list(dims)
             sizes.append(math.prod(shape) * specs[name].dtype.itemsize)
+        types = _datatypes(info, inputs)
         arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
         total = sum(aligned(a.nbytes) for a in arrays.values()) + sum(aligned(s) for s in sizes if s)
         region = self.shm.acquire(total)
-        offset = 0
-        for name, array in arrays.items():
-            shm.set_shared_memory_region(region.handle, [array], offset)
-            tensor = grpcclient.InferInput(name, array.shape, _datatype(info, name))
-            tensor.set_shared_memory(region.name, array.nbytes, offset)
-            infer_inputs.append(tensor)
-            offset += aligned(array.nbytes)
-        slots = []
-        for name, size in zip(outputs, sizes):
-            out = grpcclient.InferRequestedOutput(name)
-            if size:
-                out.set_shared_memory(region.name, size, offset)
-                slots.append(_OutputSlot(name, specs[name].dtype, offset))
-                offset += aligned(size)
-            requested.append(out)
+        try:
+            offset = 0
+            for name, array in arrays.items():
+                shm.set_shared_memory_region(region.handle, [array], offset)
+                tensor = request.inputs.add(name=name, datatype=types[name], shape=array.shape)
+                _in_region(tensor.parameters, region.name, array.nbytes, offset)
+                offset += aligned(array.nbytes)
+            slots = []
+            for name, size in zip(outputs, sizes):
+                out = request.outputs.add(name=name)
+                if size:
+                    _in_region(out.parameters, region.name, size, offset)
+                    slots.append(_OutputSlot(name, specs[name].dtype, offset))
+                    offset += aligned(size)
+        except BaseException:
+            self.shm.release(region)
+            raise
         return region, slots
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
@@ -315,11 +422,20 @@ class ServerConnection:
 
         Closing the channel cancels whatever still runs, which is what may crash Triton 2.51, and the
         shared memory regions are unregistered only after that, so the server never writes into a
-        region that is gone.
+        region that is gone. The workers leave; a later request opens the channel again.
         """
+        with self._lock:
+            end = time.monotonic() + grace_s
+            while self._calls and (left := end - time.monotonic()) > 0:
+                self._idle.wait(left)
+            channel, self._channel = self._channel, None
+            workers = self._workers
+            self._pending += workers
+        for _ in range(workers):
+            self._queue.put(None)
         try:
-            if self._aio_client is not None:
-                asyncio.run_coroutine_threadsafe(self._close_aio(grace_s), background_loop()).result(grace_s + 5)
+            if channel is not None:
+                channel.close()
         except Exception:  # noqa: BLE001 - closing a channel to a dead server
             pass
         if self.shm is not None:
@@ -329,25 +445,121 @@ class ServerConnection:
         except Exception:  # noqa: BLE001
             pass
 
-    async def _close_aio(self, grace_s: float) -> None:
-        if self._calls:
-            await asyncio.wait(set(self._calls), timeout=grace_s)
-        client, self._aio_client = self._aio_client, None
-        if client is not None:
-            await client.close()
-
     @property
     def in_flight(self) -> int:
         """Calls not finished yet, including those whose caller stopped waiting (timed out)."""
-        return len(self._calls)
+        with self._lock:
+            return len(self._calls)
 
     def __repr__(self) -> str:
         return f"ServerConnection({self.address}{', shm' if self.shm else ''})"
 
 
-def _datatype(info: ModelInfo, name: str) -> str:
-    for spec in info.inputs:
-        if spec.name == name:
-            return "BYTES" if spec.datatype == "STRING" else spec.datatype
-    raise RequestError(info.name, "?", "", f"no input {name!r}", "fatal")
+class _Call:
+    """One request between ``send`` and the end of its RPC (slots: thousands may wait for their deadline)."""
 
+    __slots__ = ("connection", "model", "request", "outputs", "slots", "region", "future", "deadline", "expired",
+                 "finished")
+
+    def __init__(self, connection: ServerConnection, model: str, request: pb.ModelInferRequest, outputs: list[str],
+                 slots: list[_OutputSlot], region: Any, future: Future, deadline: float):
+        self.connection, self.model, self.request, self.outputs = connection, model, request, outputs
+        self.slots, self.region, self.future, self.deadline = slots, region, future, deadline
+        self.expired = False  # its caller was failed with DEADLINE_EXCEEDED
+        self.finished = False  # its RPC ended (or it was never sent)
+
+    def release(self) -> tuple[Future, bool]:
+        """Drops what the deadline keeper need not hold until the deadline; the caller's Future and
+        whether the deadline already failed it. Called under the connection's lock."""
+        future, self.future, self.request, self.region = self.future, None, None, None
+        return future, self.expired
+
+
+class _Deadlines:
+    """One thread that fails the callers of every connection whose requests pass ``timeout_s``.
+
+    Calls are kept in a heap by deadline and not removed when they finish (a finished call is skipped
+    when it reaches the top), so ``send`` only pushes, and the thread sleeps until the earliest deadline
+    of a call still running: with one ``timeout_s`` it wakes about once per ``timeout_s``, not per request.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Call]] = []
+        self._cond = threading.Condition(threading.Lock())
+        self._order = itertools.count()
+        self._pid: int | None = None
+
+    def add(self, call: _Call) -> None:
+        with self._cond:
+            if self._pid != os.getpid():  # first use (or a forked child, which has no such thread)
+                self._pid = os.getpid()
+                self._heap.clear()
+                threading.Thread(target=self._run, name="sonic-deadlines", daemon=True).start()
+            heapq.heappush(self._heap, (call.deadline, next(self._order), call))
+            if self._heap[0][2] is call:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    deadline, _, call = self._heap[0]
+                    if call.finished:
+                        heapq.heappop(self._heap)
+                        continue
+                    left = deadline - time.monotonic()
+                    if left > 0:
+                        self._cond.wait(min(left, 3600.0))
+                        continue
+                    heapq.heappop(self._heap)
+                    break
+            try:
+                call.connection._expire(call)  # outside the lock: the caller's callbacks run here
+            except Exception:  # noqa: BLE001 - this thread serves every connection: it must not die
+                log.exception("failing a request at its deadline")
+
+
+_DEADLINES = _Deadlines()
+
+
+def open_channel(spec: ServerSpec) -> grpc.Channel:
+    """A gRPC channel to the server with the TLS settings of ``spec`` and no message size limit below
+    Triton's (gRPC's default 4 MiB would refuse large tensors sent in the message)."""
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    if not spec.ssl:
+        return grpc.insecure_channel(spec.address, options=options)
+
+    def read(path: str | None) -> bytes | None:
+        return Path(path).read_bytes() if path else None
+
+    credentials = grpc.ssl_channel_credentials(read(spec.root_certificates), read(spec.private_key),
+                                               read(spec.certificate_chain))
+    return grpc.secure_channel(spec.address, credentials, options=options)
+
+
+def _datatypes(info: ModelInfo, inputs: Mapping[str, Any]) -> dict[str, str]:
+    """Triton's datatype of each input (``BYTES`` for strings)."""
+    types = {spec.name: "BYTES" if spec.datatype == "STRING" else spec.datatype for spec in info.inputs}
+    unknown = [name for name in inputs if name not in types]
+    if unknown:
+        raise RequestError(info.name, "?", "", f"no input {unknown[0]!r}", "fatal")
+    return types
+
+
+def _raw(array: np.ndarray, datatype: str) -> bytes:
+    """A tensor's bytes as Triton reads them from ``raw_input_contents`` (C order; strings length-prefixed)."""
+    if datatype == "BYTES":
+        serialized = serialize_byte_tensor(array)
+        return serialized.item() if serialized.size else b""
+    return array.tobytes()
+
+
+def _in_region(parameters: Any, region: str, nbytes: int, offset: int) -> None:
+    """Marks a tensor of a request as living in a registered shared memory region."""
+    parameters["shared_memory_region"].string_param = region
+    parameters["shared_memory_byte_size"].int64_param = nbytes
+    parameters["shared_memory_offset"].int64_param = offset

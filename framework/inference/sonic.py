@@ -4,7 +4,7 @@
 
     client = SonicClient.from_config(InferenceConfig(mode="sonic", servers=["10.0.0.7:8001"],
                                                      repository=["data/models/demo"]))
-    future = client.infer("demo_mlp", {"x": x})     # returns at once; gRPC callbacks complete it
+    future = client.infer("demo_mlp", {"x": x})     # returns at once; the connection's workers complete it
     probs = future.result()["probs"]
 
 What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
@@ -15,7 +15,8 @@ What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
    are split, ragged entries go as several rectangular requests, a model without batch dimension
    gets its inputs as they are;
 3. each request goes to the server the :class:`~.servers.ServerPool` chooses, asynchronously
-   (tritonclient callbacks; system shared memory when the server is local; gRPC compression if asked);
+   (a worker thread of the server's connection makes the call, ``connection.py`` says why; system shared
+   memory when the server is local; gRPC compression if asked);
 4. a failed request is retried on the same server up to ``allowed_tries`` times when that can help
    (server busy; a deadline only when no other server has the model) and the server is still in
    rotation, then **fails over** to another server
@@ -71,6 +72,8 @@ class _Attempt:
     errors: list[str] = field(default_factory=list)
     last_error: BaseException | None = None
     sent: int = 0  # which send the pending callback belongs to: an abandoned send's answer is ignored
+    finish: Callable[[dict[str, np.ndarray]], Any] | None = None  # turns the answer into the call's result
+    nbytes: int = -1  # tensor bytes of the inputs, counted at the first send
 
 
 class SonicClient(InferenceClient):
@@ -124,14 +127,15 @@ class SonicClient(InferenceClient):
         names = list(outputs or [spec.name for spec in info.outputs])
         requests = split_requests(info, inputs, batch)
         start = time.perf_counter()
-        parts = [self._send(_Attempt(info, request, names, Future())) for request in requests]
         ragged = is_ragged(inputs)
 
         def finish(results: list[dict[str, np.ndarray]]) -> dict[str, InputArray]:
             self.counters.add(model, calls=1, requests=len(results), rows=batch, seconds=time.perf_counter() - start)
             return assemble(info, results, ragged)
 
-        return _then(parts[0] if len(parts) == 1 else gather(parts), finish, wrap=len(parts) == 1)
+        if len(requests) == 1:  # the common case: the request's own Future is the call's (one Future less)
+            return self._send(_Attempt(info, requests[0], names, Future(), finish=lambda answer: finish([answer])))
+        return _then(gather([self._send(_Attempt(info, request, names, Future())) for request in requests]), finish)
 
     # -- one request ----------------------------------------------------------------------------------
     def _send(self, attempt: _Attempt) -> Future:
@@ -190,8 +194,12 @@ class SonicClient(InferenceClient):
         if self.pool.record(connection, status, str(err) if err else "") in ("open", "reopen"):
             self._abandon(connection)
         if err is None:
-            self._count_bytes(attempt, connection, received=fut.result())
-            attempt.result.set_result(fut.result())
+            answer = fut.result()
+            self._count_bytes(attempt, connection, received=answer)
+            try:
+                attempt.result.set_result(answer if attempt.finish is None else attempt.finish(answer))
+            except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
+                attempt.result.set_exception(exc)
             return
         model = attempt.info.name
         action = err.action if isinstance(err, RequestError) else "fatal"
@@ -215,9 +223,11 @@ class SonicClient(InferenceClient):
         """Tensor bytes of one request as sent (every try counts: each crossed the wire) or of its answer;
         those in system shared memory (the connection stages a request there when it has a pool and the
         inputs reach its threshold, and fixed-size outputs come back there too) also count as ``shm_bytes``."""
-        size = payload_bytes(sent if sent is not None else received or {})
+        if attempt.nbytes < 0:
+            attempt.nbytes = payload_bytes(attempt.inputs)
+        size = attempt.nbytes if sent is not None else payload_bytes(received or {})
         pool = getattr(connection, "shm", None)
-        staged = pool is not None and payload_bytes(attempt.inputs) >= getattr(connection, "shm_min_bytes", 0)
+        staged = pool is not None and attempt.nbytes >= getattr(connection, "shm_min_bytes", 0)
         key = "bytes_sent" if sent is not None else "bytes_received"
         self.counters.add(attempt.info.name, **{key: size, "shm_bytes": size if staged else 0})
 
@@ -275,7 +285,7 @@ class SonicClient(InferenceClient):
         self.pool.close()
 
 
-def _then(future: Future, fn: Callable[[Any], Any], wrap: bool) -> Future:
+def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
     """A Future of ``fn(result)``; failures pass through unchanged."""
     out: Future = Future()
 
@@ -285,7 +295,7 @@ def _then(future: Future, fn: Callable[[Any], Any], wrap: bool) -> Future:
             out.set_exception(err)
             return
         try:
-            out.set_result(fn([f.result()] if wrap else f.result()))
+            out.set_result(fn(f.result()))
         except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
             out.set_exception(exc)
 

@@ -76,7 +76,11 @@ class NoServerError(InferenceError):
 
 
 def status_name(err: BaseException) -> str:
-    """``"UNAVAILABLE"`` from tritonclient's ``"StatusCode.UNAVAILABLE"``, "" for other exceptions."""
+    """``"UNAVAILABLE"`` from tritonclient's ``"StatusCode.UNAVAILABLE"`` or a gRPC call's own error
+    (``code()``, the data plane's), "" for other exceptions."""
+    code = getattr(err, "code", None)
+    if callable(code) and hasattr(code(), "name"):
+        return code().name
     status = getattr(err, "status", None)
     text = str(status() if callable(status) else status or "")
     return text.removeprefix("StatusCode.")
@@ -87,7 +91,8 @@ def convert(err: BaseException, model: str, server: str) -> RequestError:
     if isinstance(err, RequestError):
         return err
     status = status_name(err)
-    message = err.message() if callable(getattr(err, "message", None)) else str(err)
+    text = getattr(err, "message", None) or getattr(err, "details", None)  # tritonclient's / gRPC's own
+    message = text() if callable(text) else str(err)
     message = (message or type(err).__name__).strip().splitlines()[0]
     if not status and isinstance(err, (ConnectionError, OSError)):
         status = "UNAVAILABLE"
