@@ -370,10 +370,11 @@ def measure_model(model: Model, info: ModelInfo, modes: list[str], batches: list
 def markdown(report: dict[str, Any]) -> str:
     lines = ["# MiniAOD models and CMS ParticleNet: CPU vs GPU vs served, throughput vs batch size", "",
              f"- machine: {report['machine']}", f"- command: `{report['command']}`",
-             f"- torch device: {report['device']}; onnxruntime CPU threads: {report['threads']}; "
-             f"served: local Triton, {report['instances']} instance(s) per model, "
-             f"{'KIND_CPU (dry run)' if report['device'] == 'cpu' else 'KIND_GPU'}, dynamic batching, "
-             f"{report['in_flight']} requests in flight, {report['served_precision']}",
+             f"- modes: {', '.join(report['modes'])}; torch device: {report['device']}; onnxruntime CPU threads: "
+             f"{report['threads']}" + (f"; served: local Triton, {report['instances']} instance(s) per model, "
+                                       f"{'KIND_CPU (dry run)' if report['device'] == 'cpu' else 'KIND_GPU'}, "
+                                       f"dynamic batching, {report['in_flight']} requests in flight, "
+                                       f"{report['served_precision']}" if "served-gpu" in report["modes"] else ""),
              f"- inputs: {report['inputs']}; events/s = inferences/s ÷ objects per event "
              f"({', '.join(f'{k}={v:g}' for k, v in report['per_event'].items())})",
              f"- max |Δ|: against onnxruntime on the CPU (DeepMET: relative to its largest |output|); "
@@ -563,7 +564,7 @@ def run(args: argparse.Namespace) -> int:
                 server.stop()
     report = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "command": " ".join(["sonic", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else "sonic bench gpu-models",
-              "device": args.device, "threads": args.threads, "instances": args.instances, "in_flight": args.in_flight,
+              "modes": modes, "device": args.device, "threads": args.threads, "instances": args.instances, "in_flight": args.in_flight,
               "served_precision": args.served_precision,
               "seconds_per_point": args.seconds, "fp16_tolerance": args.fp16_tolerance, "per_event": per_event,
               "inputs": (f"recorded from generated events ({args.inputs})" if recordings else
