@@ -120,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record-inputs", metavar="FILE.npz",
                         help="generate --record-events MiniAOD events, record what the producers send to each model into "
                              "FILE.npz, and stop (needs pythia8mc; carry the file to a GPU machine, use --inputs FILE.npz)")
-    parser.add_argument("--record-events", type=int, default=30, help="events generated for --record-inputs")
+    parser.add_argument("--record-events", type=int, default=60, help="events generated for --record-inputs")
     parser.add_argument("--record-rows", type=int, default=64, help="rows kept per model by --record-inputs")
     parser.add_argument("--budget-s", type=float, default=220.0,
                         help="points not started by then are skipped (listed in the report): a bounded run time")
