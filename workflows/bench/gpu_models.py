@@ -18,22 +18,31 @@ the throughput of:
 CMS's TorchScript twin (``--cms-torchscript``) has no ONNX file: its CPU row is torch on the CPU and
 its outputs are compared with onnxruntime running the ONNX twin (``--cms-onnx``) on the same inputs.
 
-Inputs are filled from the **models' shapes**, not from generated events (the GPU machine has no
-event generator): variable lengths at the model's ``preprocess.json`` maximum (AK4: 50 particles,
-5 SVs; AK8: 100, 10), features drawn as CMS's normalised inputs are (standard normal clipped to
-[-5, 5]), points ±0.4 in η/φ, each jet's particle count drawn between the minimum and maximum length
-with its mask and zero padding after it; DeepMET categorical inputs are small integers.
-Events/s = inferences/s ÷ ``--per-event`` (objects per event, a stated assumption for a tt̄ event).
+Inputs: ``--inputs FILE.npz`` takes what the MiniAOD producers really send, recorded beforehand on a
+machine with the event generator by ``--record-inputs FILE.npz`` (``_model_inputs.py``: generated
+tt̄/Z→ττ/W+jets events plus boosted tt̄ for AK8, the rows per event measured); rows are cycled to the
+batch size and zero-padded to the model's ``preprocess.json`` maximum lengths (AK4: 50 particles,
+5 SVs; AK8: 100, 10); CMS's AK4 takes MiniAOD AK4's rows. Without it (``--inputs shapes``) inputs
+are drawn from the models' shapes: features as CMS's normalised inputs are (standard normal clipped
+to [-5, 5]), points ±0.4 in η/φ, each jet's particle count between the minimum and maximum length
+with its mask and zero padding after it, DeepMET's categorical inputs small integers; ParticleNet
+then answers with saturated scores, which hide how far fp16 moves them. Events/s = inferences/s ÷
+rows per event (recorded, else a stated assumption for a tt̄ event; ``--per-event`` overrides).
 
-Each point: one warm-up call, then calls until ``--seconds`` have passed (at least 3). Batch sizes
-above a model's cap (DeepTau and DeepMET rows are 420 and 160 kB: 256 rows) are skipped. Results:
-``gpu_models.md``, ``gpu_models.json``, ``gpu_models.png`` in ``--out``. Run time on an H100 machine
-with the defaults is a few minutes; shorten with ``--seconds 0.3``, fewer ``--batch-sizes`` or ``--models``.
+Each point: one call whose outputs are compared (also the warm-up), then calls until ``--seconds``
+have passed (at least 3). Batch sizes above a model's cap (DeepTau and DeepMET rows are 420 and
+160 kB: 256 rows) are skipped. Results: ``gpu_models.md`` (a summary of each mode's best throughput,
+then a table per model), ``gpu_models.json``, ``gpu_models.png`` in ``--out``. Run time with the
+defaults: ~107 points of ≥ 0.5 s plus the server's start, bounded by ``--budget-s`` (220 s; points
+not started by then are listed as skipped); shorten with ``--seconds 0.2``, fewer ``--batch-sizes``,
+``--models`` or ``--modes``.
 
 Examples::
 
-    sonic bench gpu-models --device cpu --batch-sizes 1,8 --seconds 0.2 --models particlenet_ak4,deepmet  # dry run
-    sonic bench gpu-models --cms-onnx cms/particlenet_AK4 --cms-torchscript cms/particlenet_AK4_PT      # on a GPU
+    sonic bench gpu-models --record-inputs build/gpu-models/inputs.npz        # here: needs pythia8mc
+    sonic bench gpu-models --device cpu --batch-sizes 1,8 --seconds 0.2 --inputs build/gpu-models/inputs.npz  # dry run
+    sonic bench gpu-models --inputs build/gpu-models/inputs.npz \
+        --cms-onnx cms/particlenet_AK4 --cms-torchscript cms/particlenet_AK4_PT                      # on a GPU
 """
 
 from __future__ import annotations
