@@ -16,7 +16,8 @@ with the hits alone (no clustering step to tune), vectorised over the event:
   so that ``michel > 0.5`` is the working point, as for the CNN's own score.
 
 Pairs of hits come from a k-d tree (``scipy.spatial.cKDTree.query_pairs``) over (wire, drift pixel,
-view), and per-hit sums from ``np.bincount``: no per-hit Python loop.
+view) and per-hit sums from ``np.bincount``; partners in other planes from binary searches in the hits
+sorted by (TPC, plane, tick) and a sparse-table range maximum: no per-hit Python loop.
 """
 
 from __future__ import annotations
@@ -39,9 +40,19 @@ FEATURES = ("logit_michel", "track", "em",
 WEIGHTS = [-3.138714, 0.45231, -1.485538, 1.281547, -0.680905, -2.600014, -0.761216, 0.21493, 3.927023, -0.383221, -1.068333, 0.100526, 4.512864]
 
 
-def _both_ways(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(i, j) for every unordered pair, each pair once in each direction."""
-    return np.concatenate([pairs[:, 0], pairs[:, 1]]), np.concatenate([pairs[:, 1], pairs[:, 0]])
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``max(values[lo:hi])`` for every pair of bounds (0 where ``lo >= hi``), from a sparse table:
+    level k holds the maxima of the runs of 2**k values, so any run is two overlapping lookups."""
+    table = [values]
+    while 2 ** len(table) <= len(values):
+        prev, half = table[-1], 2 ** (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    length = hi - lo
+    out = np.zeros(len(lo), values.dtype)
+    for k in np.unique(np.floor(np.log2(length[length > 0])).astype(np.int64)):
+        rows = np.flatnonzero((length > 0) & (np.floor(np.log2(np.maximum(length, 1))) == k))
+        out[rows] = np.maximum(table[k][lo[rows]], table[k][hi[rows] - 2 ** k])
+    return out
 
 
 def hit_features(tpc: np.ndarray, plane: np.ndarray, wire: np.ndarray, peak_tick: np.ndarray,
@@ -58,30 +69,42 @@ def hit_features(tpc: np.ndarray, plane: np.ndarray, wire: np.ndarray, peak_tick
         planes: wire planes per TPC.
     """
     n = len(wire)
+    if n == 0:
+        return np.zeros((0, len(FEATURES)))
     track, em, michel = (np.asarray(scores[k], np.float64) for k in ("track", "em", "michel"))
+    tpc, plane = np.asarray(tpc, np.int64), np.asarray(plane, np.int64)
+    tick = np.asarray(peak_tick, np.float64)
     p = np.clip(michel, 1e-6, 1 - 1e-6)
     out = [np.log(p / (1 - p)), track, em]
-    plane = np.asarray(plane, np.int64)
-    view = np.asarray(tpc, np.int64) * planes + plane
-    # views far apart in the third coordinate, so a pair never joins two views
-    points = np.stack([np.asarray(wire, np.float64), np.asarray(peak_tick, np.float64) / drift_window,
-                       view * (4.0 * max(radius_near, radius_far) + 1e6)], axis=1)
-    tree = cKDTree(points)
+    # same plane: views far apart in the third coordinate, so a pair never joins two views; one query
+    # at the larger radius, split by distance
+    outer = max(radius_near, radius_far)
+    points = np.stack([np.asarray(wire, np.float64), tick / drift_window, (tpc * planes + plane) * (4 * outer + 1e6)],
+                      axis=1)
+    pairs = cKDTree(points).query_pairs(outer, output_type="ndarray")
+    distance = np.linalg.norm(points[pairs[:, 0]] - points[pairs[:, 1]], axis=1)
     for radius in (radius_near, radius_far):
-        i, j = _both_ways(tree.query_pairs(radius, output_type="ndarray"))
-        count = np.bincount(i, minlength=n)
+        a, b = pairs[distance <= radius].T
+        count = np.bincount(a, minlength=n) + np.bincount(b, minlength=n)
         for values in (michel, track, em):
-            out.append(np.bincount(i, weights=values[j], minlength=n) / np.maximum(count, 1))
+            total = np.bincount(a, weights=values[b], minlength=n) + np.bincount(b, weights=values[a], minlength=n)
+            out.append(total / np.maximum(count, 1))
         out.append(np.log1p(count))
-    # partners: same TPC, another plane, drift time within time_window ticks
-    when = np.stack([np.asarray(peak_tick, np.float64), np.asarray(tpc, np.float64) * (4.0 * time_window + 1e7)],
-                    axis=1)
-    i, j = _both_ways(cKDTree(when).query_pairs(time_window, output_type="ndarray"))
-    other = plane[i] != plane[j]
+    # other planes: hits sorted by (TPC, plane, tick), so the partners of a hit in plane q are one
+    # contiguous run, found by two binary searches; its largest Michel score by a range maximum
+    spacing = tick.max() - tick.min() + 4 * time_window + 1
+    key = (tpc * planes + plane) * spacing + (tick - tick.min())
+    order = np.argsort(key, kind="stable")
+    sorted_key, sorted_michel = key[order], michel[order]
     partner = np.zeros(n)
-    np.maximum.at(partner, i[other], michel[j[other]])
+    for other in range(planes):
+        at = (tpc * planes + other) * spacing + (tick - tick.min())
+        lo = np.searchsorted(sorted_key, at - time_window, side="left")
+        hi = np.searchsorted(sorted_key, at + time_window, side="right")
+        best = _range_max(sorted_michel, lo, hi)
+        partner = np.where(plane != other, np.maximum(partner, best), partner)
     out.append(partner)
-    return np.stack(out, axis=1) if n else np.zeros((0, len(FEATURES)))
+    return np.stack(out, axis=1)
 
 
 def combine(features: np.ndarray, weights: list[float] | np.ndarray) -> np.ndarray:

@@ -40,6 +40,18 @@ def test_features_of_a_hit_come_from_its_view_and_partner_planes():
     assert lonely["log_hits_far"] == 0 and lonely["michel_far"] == 0 and lonely["michel_other_planes"] == 0
 
 
+def test_partner_window_is_inclusive_and_takes_the_best_of_the_other_planes():
+    # hit 0 (plane 0); plane 1 at +8 ticks (in) and +9 (out); plane 2 at -8 (in); plane 0 at the same tick
+    tpc, plane = np.zeros(5, int), np.array([0, 1, 1, 2, 0])
+    tick, wire = np.array([500.0, 508.0, 509.0, 492.0, 500.0]), np.array([10, 400, 500, 600, 700])
+    michel = np.array([0.1, 0.3, 0.9, 0.4, 0.8])
+    f = hit_features(tpc, plane, wire, tick, {"michel": michel, "track": np.zeros(5), "em": np.zeros(5)})
+    partner = f[:, FEATURES.index("michel_other_planes")]
+    assert partner[0] == pytest.approx(0.4)  # max(0.3, 0.4): not 0.9 (9 ticks), not 0.8 (its own plane)
+    assert partner[2] == 0  # hit 2 (plane 1, tick 509): plane 0 is 9 ticks away, plane 2 17
+    assert partner[1] == pytest.approx(0.8)  # hit 1 (tick 508): hits 0 and 4 of plane 0 within 8 ticks
+
+
 def test_no_hits_give_no_features():
     empty = np.zeros(0)
     features = hit_features(empty, empty, empty, empty, {k: empty for k in ("track", "em", "michel")})
