@@ -547,6 +547,11 @@ def markdown(report: dict[str, Any]) -> str:
         if pred.get("other_load_cores") is not None:
             lines.append(f"- other processes on this host used {pred['other_load_cores']:.2f} cores (median over the loaded "
                          f"points: busy CPU less the jobs' and the servers'); those were not free for the jobs")
+            free = pred["cores"] - pred["other_load_cores"]
+            if pred.get("host_knee_jobs") and pred["other_load_cores"] > 0.1 and free > 0:
+                lines.append(f"  - on the {free:.2f} cores they left free the host bound is "
+                             f"{pred['host_knee_jobs'] * free / pred['cores']:.1f} jobs (a disturbed measurement: rerun "
+                             f"on an idle host)")
     balance = [p for p in report["points"] if p["servers"] > 1]
     if balance:
         worst = max(max(abs(s * p["servers"] - 1) for s in p["server_share"]) for p in balance)
