@@ -9,8 +9,8 @@ error leaves this file as a :class:`~.triton_errors.RequestError` (see ``triton_
 The transport is gRPC's *blocking* ``ModelInfer`` call, made by a few worker threads per connection
 from a ``ModelInferRequest`` built on the caller's thread, because on a job's own cores the client's
 CPU per request is what SONIC costs over direct inference (issue 12). Measured on the 2-core machine
-(client CPU per request, ``time.process_time`` over thousands of requests to a local server, four
-requests per event each after ~1 ms of Python work as MiniAOD's producers send them):
+(client CPU per request, ``time.process_time`` over thousands of requests to a local server; a small
+model, four requests per event each after ~1 ms of Python work as MiniAOD's producers send them):
 
 * ``grpc.aio`` on the framework's asyncio loop (the transport before): ~250 µs. Each request wakes the
   loop and runs a task, ``wait_for``/``shield`` for the deadline and tritonclient's wrappers there;
@@ -20,6 +20,10 @@ requests per event each after ~1 ms of Python work as MiniAOD's producers send t
 * a blocking call on a worker thread: ~160 µs, what is used. The worker wakes once per request
   (a ``SimpleQueue``), the call drives its own completion queue, the answer is read with
   ``np.frombuffer`` from ``raw_output_contents``.
+
+MiniAOD's own requests replayed one at a time: 555 → 464 µs. What remains is mostly gRPC's C core,
+and it grows with the time a call waits for its answer (~140 µs of the calling thread for an
+immediate answer, ~380 µs for one after 20 ms, plus its event-engine threads).
 
 Deadlines stay local (see :class:`ServerConnection`): one keeper thread for all connections
 (:class:`_Deadlines`) fails a caller at ``timeout_s`` while its call runs on, holding its worker.
