@@ -108,6 +108,15 @@ class Timing:
         self.cpu_start = time.process_time()
         self.cpu_stop: float | None = None
         self.peak_rss_mb: float | None = None
+        #: (wall, CPU) clocks when the first event was done: see :meth:`first_event_done`
+        self.first_event: tuple[float, float] | None = None
+
+    def first_event_done(self) -> None:
+        """Marks the end of the job's first event (later calls do nothing). The report's
+        ``after_first_event`` leaves out start-up (connections, model metadata, first allocations), which a
+        long job amortises and a short one measured for planning does not."""
+        if self.first_event is None:
+            self.first_event = (time.perf_counter(), time.process_time())
 
     _FIELDS = ("calls", "wall", "cpu", "acquire_wall", "wait", "produce_wall", "rejected")
 
@@ -170,13 +179,19 @@ class Timing:
         cpu = (self.cpu_stop or time.process_time()) - self.cpu_start
         with self._lock:
             threads = len(self._tables)  # threads that ran module code: a planner divides module time by it
+        steady: dict[str, Any] = {}
+        if self.first_event is not None and self.events > 1:
+            wall_at, cpu_at = self.first_event
+            steady = {"after_first_event": {"events": self.events - 1,
+                                            "wall_s": (self.stop or time.perf_counter()) - wall_at,
+                                            "cpu_s": (self.cpu_stop or time.process_time()) - cpu_at}}
         return {"events": self.events, "events_passed": self.events if self.passed is None else self.passed,
                 "wall_s": elapsed, "cpu_s": cpu, "events_per_s": self.events / elapsed if elapsed > 0 else 0.0,
                 "threads": threads, "ms_per_event": 1000.0 * elapsed / self.events if self.events else 0.0,
                 "peak_rss_mb": self.peak_rss_mb if self.peak_rss_mb is not None else peak_rss_mb(),
                 "streams": self.streams, "worker_threads": self.worker_threads,
                 "modules": [m.as_dict(self.events) for m in self.per_module], "legend": dict(LEGEND),
-                **self.sections}
+                **steady, **self.sections}
 
     def to_json(self) -> str:
         """The report as JSON text."""

@@ -10,9 +10,12 @@ import sys
 import numpy as np
 import pytest
 
+from sonic_hep.framework import Process
+from sonic_hep.framework import config as cfgmod
 from sonic_hep.workflows.grid.errors import GridError
-from sonic_hep.workflows.grid.plan import plan, predicted_time_per_event
+from sonic_hep.workflows.grid.plan import measure, plan, predicted_time_per_event
 from sonic_hep.workflows.grid.simulate import Scenario, knee, simulate
+from tests.conftest import PROJECT
 
 
 def test_host_bound_knee_is_the_time_alone_times_cores_over_cpu_per_event():
@@ -109,3 +112,29 @@ def test_sonic_plan_reports_the_bound(tmp_path):
                           capture_output=True, text=True, timeout=120)
     # its CPU elsewhere: the host gives 2 / 8 ms (15.5 jobs), the server 1 / 5 ms first (12.4 jobs)
     assert done.returncode == 0 and "knee at 12.4 jobs: the server saturates first" in done.stdout
+
+
+def test_a_run_records_its_cpu_after_the_first_event(tmp_path):
+    """A short job measured for planning: its first event carries the start-up (connections, model
+    metadata, first allocations) that a production job amortises; the timing report keeps the clocks
+    after it, and the planner's CPU per event comes from there."""
+    timing = tmp_path / "timing.json"
+    cfg = cfgmod.load(PROJECT / "configs" / "demo_inference.yaml",
+                      ["source.events=12", "source.chunk_size=1", "output.file=null", "options.streams=1",
+                       "options.threads=1"])
+    Process(cfg).run(timing_json=str(timing), progress=False)
+    report = json.loads(timing.read_text())
+    steady = report["after_first_event"]
+    assert steady["events"] == 11
+    assert 0 < steady["cpu_s"] <= report["cpu_s"] and 0 < steady["wall_s"] <= report["wall_s"]
+    assert measure([timing]).cpu_s_per_event == pytest.approx(steady["cpu_s"] / 11)
+
+
+def test_reports_without_the_mark_count_every_event(tmp_path):
+    base = {"events": 10, "wall_s": 1.0, "cpu_s": 0.5, "modules": [], "threads": 1}
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(base))
+    new.write_text(json.dumps({**base, "after_first_event": {"events": 9, "wall_s": 0.9, "cpu_s": 0.27}}))
+    assert measure([old]).cpu_s_per_event == pytest.approx(0.05)
+    assert measure([new]).cpu_s_per_event == pytest.approx(0.03)
+    assert measure([old, new]).cpu_s_per_event == pytest.approx((0.5 + 0.27) / 19)

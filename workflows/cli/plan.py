@@ -125,7 +125,7 @@ def main(args: argparse.Namespace) -> int:
         if args.cpu_ms_per_event is not None:
             host_cpu, sources["c_host"] = args.cpu_ms_per_event / 1000, "given"
         elif job is not None and job.cpu_s_per_event > 0:
-            host_cpu, sources["c_host"] = job.cpu_s_per_event, "job reports: CPU time / events"
+            host_cpu, sources["c_host"] = job.cpu_s_per_event, "job reports: CPU time per event after the first"
         else:
             raise GridError("--host-cores needs the job's CPU per event: job reports or --cpu-ms-per-event")
         if args.server_on_host:

@@ -74,7 +74,8 @@ class Measurement:
     Args:
         events: events measured (all runs together).
         wall_s_per_event: a job's wall time per event (its streams and threads as configured).
-        cpu_s_per_event: CPU time per event of the whole process.
+        cpu_s_per_event: CPU time per event of the whole process (all its threads), after its first event
+            where the report says (``after_first_event``: start-up left out, as a long job amortises it).
         wait_s_per_event: time events waited on inference results (external modules).
         inference_s_per_event: time in inference calls per event (the client's counters; calls in flight
             together each count, so this exceeds the wait when requests overlap).
@@ -181,6 +182,7 @@ def measure(paths: list[str | Path]) -> Measurement:
             except (OSError, json.JSONDecodeError) as err:
                 raise GridError(f"cannot read timing report {path}: {err}") from None
     totals = dict.fromkeys(("events", "wall", "cpu", "wait", "inference", "other"), 0.0)
+    cpu_events = 0.0  # events the CPU total covers (all but the first of reports that mark it)
     total_bytes: float | None = 0.0
     sent_bytes = 0.0
     server: float | None = 0.0
@@ -194,13 +196,19 @@ def measure(paths: list[str | Path]) -> Measurement:
         inference = rep.get("inference") if isinstance(rep.get("inference"), dict) else {}
         models = inference.get("models") or {}
         wall, cpu = float(rep["wall_s"]), float(rep.get("cpu_s", 0.0))
+        steady = rep.get("after_first_event") if isinstance(rep.get("after_first_event"), dict) else {}
+        if int(steady.get("events", 0)) > 0:
+            totals["cpu"] += float(steady["cpu_s"])
+            cpu_events += int(steady["events"])
+        else:
+            totals["cpu"] += cpu
+            cpu_events += n
         wait = sum(float(m.get("wait_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", [])
                    if m.get("kind") == "external")
         in_calls = sum(float(c.get("seconds", 0.0)) for c in models.values())
         module_s = sum(float(m.get("wall_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", []))
         other = other_seconds(wall, wait, module_s, int(rep.get("threads") or 1))
-        for key, value in (("events", n), ("wall", wall), ("cpu", cpu), ("wait", wait), ("inference", in_calls),
-                           ("other", other)):
+        for key, value in (("events", n), ("wall", wall), ("wait", wait), ("inference", in_calls), ("other", other)):
             totals[key] += value
         counted = _bytes(inference)
         total_bytes = None if counted is None or total_bytes is None else total_bytes + sum(counted)
@@ -214,7 +222,7 @@ def measure(paths: list[str | Path]) -> Measurement:
     modes.discard(None)
     events = totals["events"]
     return Measurement(events=int(events), wall_s_per_event=totals["wall"] / events,
-                       cpu_s_per_event=totals["cpu"] / events, wait_s_per_event=totals["wait"] / events,
+                       cpu_s_per_event=totals["cpu"] / cpu_events, wait_s_per_event=totals["wait"] / events,
                        inference_s_per_event=totals["inference"] / events, other_s_per_event=totals["other"] / events,
                        bytes_per_event=None if not total_bytes else total_bytes / events,
                        sent_fraction=None if not total_bytes else sent_bytes / total_bytes,
