@@ -138,3 +138,22 @@ def test_reports_without_the_mark_count_every_event(tmp_path):
     assert measure([old]).cpu_s_per_event == pytest.approx(0.05)
     assert measure([new]).cpu_s_per_event == pytest.approx(0.03)
     assert measure([old, new]).cpu_s_per_event == pytest.approx((0.5 + 0.27) / 19)
+
+
+def test_overlapping_waits_do_not_lengthen_the_time_alone(tmp_path):
+    """Two producers whose requests are in flight together, each waiting 10 ms, in an event of 62 ms of
+    which 60 ms is module work: alone the job takes 62 ms, not 60 + 20."""
+    events = 10
+    report = {"events": events, "wall_s": 0.062 * events, "cpu_s": 0.008 * events, "threads": 1,
+              "modules": [{"label": "work", "kind": "producer", "wall_ms_per_event": 60.0},
+                          {"label": "a", "kind": "external", "wall_ms_per_event": 0.0, "wait_ms_per_event": 10.0},
+                          {"label": "b", "kind": "external", "wall_ms_per_event": 0.0, "wait_ms_per_event": 10.0}],
+              "inference": {"mode": "sonic", "models": {"m": {"requests": 2 * events, "rows": 2 * events}}}}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "plan", str(path), "--json",
+                           "--server-ms-per-event", "5"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["latency_s_per_event"] == pytest.approx(0.002)
+    assert document["knee_jobs_per_server"] == pytest.approx(0.062 / 0.005)

@@ -85,6 +85,8 @@ class Measurement:
         rows_per_event: batch entries sent per event, per model.
         requests_per_event: requests sent per event, per model (after splitting at max_batch_size).
         sent_fraction: bytes sent / (sent + received), when the clients counted both.
+        steady_wall_s_per_event: wall time per event after the first (``after_first_event``; all events
+            where a report does not mark it): a one-stream job's time per event, start-up left out.
         mode: inference mode of the runs (direct, sonic, mixed, or None without inference).
         sources: the reports these came from.
     """
@@ -100,6 +102,7 @@ class Measurement:
     rows_per_event: dict[str, float] = field(default_factory=dict)
     requests_per_event: dict[str, float] = field(default_factory=dict)
     sent_fraction: float | None = None
+    steady_wall_s_per_event: float | None = None
     mode: str | None = None
     sources: tuple[str, ...] = ()
 
@@ -183,6 +186,7 @@ def measure(paths: list[str | Path]) -> Measurement:
                 raise GridError(f"cannot read timing report {path}: {err}") from None
     totals = dict.fromkeys(("events", "wall", "cpu", "wait", "inference", "other"), 0.0)
     cpu_events = 0.0  # events the CPU total covers (all but the first of reports that mark it)
+    steady_wall = 0.0
     total_bytes: float | None = 0.0
     sent_bytes = 0.0
     server: float | None = 0.0
@@ -199,9 +203,11 @@ def measure(paths: list[str | Path]) -> Measurement:
         steady = rep.get("after_first_event") if isinstance(rep.get("after_first_event"), dict) else {}
         if int(steady.get("events", 0)) > 0:
             totals["cpu"] += float(steady["cpu_s"])
+            steady_wall += float(steady["wall_s"])
             cpu_events += int(steady["events"])
         else:
             totals["cpu"] += cpu
+            steady_wall += wall
             cpu_events += n
         wait = sum(float(m.get("wait_ms_per_event", 0.0)) * n / 1000 for m in rep.get("modules", [])
                    if m.get("kind") == "external")
@@ -226,6 +232,7 @@ def measure(paths: list[str | Path]) -> Measurement:
                        inference_s_per_event=totals["inference"] / events, other_s_per_event=totals["other"] / events,
                        bytes_per_event=None if not total_bytes else total_bytes / events,
                        sent_fraction=None if not total_bytes else sent_bytes / total_bytes,
+                       steady_wall_s_per_event=steady_wall / cpu_events,
                        server_s_per_event=None if not server else server / events,
                        rows_per_event={model: n / events for model, n in rows.items()},
                        requests_per_event={model: n / events for model, n in requests.items()},
@@ -357,7 +364,8 @@ def report(result: Plan, job: Measurement | None = None, server: Measurement | N
                      f"(t_ml = {1000 * result.latency_s_per_event:.3f} ms/event: a job's wait with the server to itself)")
     if result.host_knee_jobs is not None:
         lines.append(f"  host knee = (t_other + t_ml) x cores / c_host = {result.host_knee_jobs:.1f} jobs on the host "
-                     f"({result.cores:g} cores, c_host = {1000 * result.host_cpu_s_per_event:.3f} ms of CPU per event)")
+                     f"({result.cores:g} cores, c_host = {1000 * result.host_cpu_s_per_event:.3f} ms of CPU per event)"
+                     f"{source('c_host')}")
     if result.bound:
         lines.append(f"  knee at {result.knee_jobs:.1f} jobs: the {result.bound} saturates first")
     if result.link_job_cap is not None:
