@@ -131,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
         if args.cpu_ms_per_event is not None:
             host_cpu, sources["c_host"] = args.cpu_ms_per_event / 1000, "given"
         elif job is not None and job.cpu_s_per_event > 0:
-            host_cpu, sources["c_host"] = job.cpu_s_per_event, "job reports: CPU time per event after the first"
+            host_cpu, sources["c_host"] = job.cpu_s_per_event, "job reports: CPU time per event (after the first where marked)"
         else:
             raise GridError("--host-cores needs the job's CPU per event: job reports or --cpu-ms-per-event")
         if args.server_on_host:
@@ -174,13 +174,15 @@ def simulation(args: argparse.Namespace, result: Plan, job: Measurement | None) 
         raise GridError("--simulate needs the server time per event (--server-ms-per-event or reports with it)")
     requests = args.requests_per_event or (sum(job.requests_per_event.values()) if job and job.requests_per_event else 1.0)
     fraction = args.sent_fraction if args.sent_fraction is not None else (job.sent_fraction if job else None)
+    # the jobs' own CPU on the host's cores; a server on the host executes there too (its compute is its work)
+    job_cpu = (result.host_cpu_s_per_event or 0.0) - (result.server_s_per_event if args.server_on_host else 0.0)
     settings = from_measurement(result.other_s_per_event, result.server_s_per_event, requests,
                                 result.bytes_per_event, 1.0 if fraction is None else fraction,
                                 servers=args.servers, instances=args.instances, max_batch=args.max_batch,
                                 queue_delay_s=args.queue_delay_ms / 1000, fixed=args.batch_fixed,
                                 service_cv=args.service_cv, other_cv=args.other_cv, events=args.events,
-                                cores=round(result.cores or 0), cpu_s=min(result.host_cpu_s_per_event or 0.0,
-                                                                          result.other_s_per_event),
+                                cores=round(result.cores or 0), cpu_s=min(job_cpu, result.other_s_per_event),
+                                server_on_cores=bool(args.server_on_host and result.cores),
                                 link_gbps=None if args.no_link or not result.bytes_per_event else args.link_gbps)
     knee = min((result.knee_jobs_per_server or 1.0) * args.servers, result.host_knee_jobs or float("inf"))
     jobs = args.jobs or sorted({max(1, round(knee * f)) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)})
