@@ -44,11 +44,13 @@ things cap the events per second of N jobs:
 So the time per event is ``max(T_1, N × t_server / servers, N × c_host / cores)``
 (:func:`predicted_time_per_event`) and the knee lies at ``N = T_1 × min(servers / t_server,
 cores / c_host)``: ``T_1 / t_server`` jobs per server when the server saturates first (``bound`` =
-"server"), ``T_1 × cores / c_host`` jobs on the host when its cores do ("host"). Every input is
-measured with one job: ``c_host`` does not grow under load (measured on the 2-core machine: 16.2 ms
-per event with one job, 15.4 ms at 16 jobs), but the cores are only the cores *free* for this work:
-other processes on the host take their share (the scale benchmark reports it). Queues, batching and a
-link past this arithmetic are what ``simulate.py`` is for.
+"server"), ``T_1 × cores / c_host`` jobs on the host when its cores do ("host"). The host's inputs are
+measured with one job (a GPU's compute per event is not: idle between one job's events it runs slower,
+so the scale benchmark takes it from its loaded points). ``c_host`` grows little under load
+(``workflows/bench/results/scale/``: on 2 idle cores between 17 % less and 4 % more than the one-job
+figure at every N; on one core up to ~25 % more just past the knee), but the cores are only those
+*free* for this work: other processes on the host take their share (the scale benchmark reports it
+per point). Queues, batching and a link past this arithmetic are what ``simulate.py`` is for.
 """
 
 from __future__ import annotations
