@@ -10,14 +10,20 @@ at a barrier until all N have started, so they run together. Measured at each po
 * per-event time (median, p90) of the jobs, events/s of them all (while every job ran);
 * per request, the server's queue and compute time (Triton's statistics API), and each server's share
   of the requests (balanced load);
-* CPU utilisation of the machine and of the servers, GPU utilisation (``nvidia-smi``) where present;
+* CPU over the steady events: the machine's, each server's (its process tree), the jobs' own per event
+  (their process clocks at each event), and what is left, other processes' load; GPU utilisation
+  (``nvidia-smi``) where present;
 * bytes per second on the wire and in shared memory (the SONIC client's byte counters).
 
-From the measurement it predicts the knee as ``sonic plan`` does (``t_other`` from the N=1 job's timing
-report and its wait alone; the server's compute per event from Triton's statistics at the largest N with
-one server, where it runs as it does in production) and simulates every point
-(``workflows/grid/simulate.py``); both are drawn with the measurement in ``scale.png`` ("processing time
-vs number of processes", the knee marked). Results: ``scale.md``, ``scale.json``, ``scale.png``.
+From the one-job point it predicts the knee as ``sonic plan`` does, with the bound that sets it
+(:func:`~sonic_hep.workflows.grid.plan.plan`): the job's time per event alone, its ``t_other``, its CPU per
+event and the server's, this machine's cores (the host bound: jobs and a CPU server share them); the
+server bound from a CPU server's compute with that one job, or a GPU's over the loaded points (idle
+between one job's events it runs slower). It simulates every point from the same figures
+(``workflows/grid/simulate.py``: a CPU server executes on the jobs' cores). Both are drawn with the
+measurement in ``scale.png`` ("processing time vs number of processes", the knees marked), the knee
+measured with the same construction (:func:`measured_knee`). Results: ``scale.md``, ``scale.json``,
+``scale.png``; ``python -m sonic_hep.workflows.bench.scale --redraw scale.json`` recomputes them.
 
 Examples::
 
