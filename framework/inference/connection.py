@@ -305,7 +305,7 @@ class ServerConnection:
                 if call is None:  # closing
                     self._workers -= 1
                     return
-                started = not call.expired  # an expired request still queued is not sent at all
+                started = call.started = not call.expired  # an expired request still queued is not sent
             values, error = None, None
             if started:
                 try:
@@ -426,7 +426,8 @@ class ServerConnection:
 
         Closing the channel cancels whatever still runs, which is what may crash Triton 2.51, and the
         shared memory regions are unregistered only after that, so the server never writes into a
-        region that is gone. The workers leave; a later request opens the channel again.
+        region that is gone. Requests still queued then are failed (CANCELLED) and never sent. The
+        workers leave; a later request opens the channel again.
         """
         with self._lock:
             end = time.monotonic() + grace_s
@@ -435,6 +436,17 @@ class ServerConnection:
             channel, self._channel = self._channel, None
             workers = self._workers
             self._pending += workers
+            unsent = [call for call in self._calls if not call.started and not call.expired]
+            for call in unsent:  # the worker that takes it skips it, as one whose deadline passed
+                call.expired = True
+                self._orphans += 1
+        for call in unsent:
+            try:
+                call.future.set_exception(RequestError(call.model, self.address, "CANCELLED",
+                                                       "the connection was closed before this request was sent",
+                                                       ACTIONS["CANCELLED"]))
+            except InvalidStateError:
+                pass
         for _ in range(workers):
             self._queue.put(None)
         try:
@@ -463,13 +475,14 @@ class _Call:
     """One request between ``send`` and the end of its RPC (slots: thousands may wait for their deadline)."""
 
     __slots__ = ("connection", "model", "request", "outputs", "slots", "region", "future", "deadline", "expired",
-                 "finished")
+                 "started", "finished")
 
     def __init__(self, connection: ServerConnection, model: str, request: pb.ModelInferRequest, outputs: list[str],
                  slots: list[_OutputSlot], region: Any, future: Future, deadline: float):
         self.connection, self.model, self.request, self.outputs = connection, model, request, outputs
         self.slots, self.region, self.future, self.deadline = slots, region, future, deadline
         self.expired = False  # its caller was failed with DEADLINE_EXCEEDED
+        self.started = False  # a worker took it to send it
         self.finished = False  # its RPC ended (or it was never sent)
 
     def release(self) -> tuple[Future, bool]:

@@ -172,3 +172,39 @@ def test_the_deadline_keeper_expires_running_calls_in_deadline_order_and_skips_f
     assert done.wait(30)
     assert expired == [calls[2], calls[3], calls[0]]  # past deadlines, earliest first; not the finished one
     assert len(keeper._heap) == 1 and keeper._heap[0][2] is calls[4]  # the far one waits
+
+
+def test_close_fails_the_requests_still_queued_and_never_sends_them(monkeypatch):
+    """One worker held by a call that does not end within the grace: the request queued behind it fails
+    (CANCELLED, retried elsewhere by the client) when the connection closes, and is never sent."""
+    monkeypatch.setattr(connection_module, "MAX_WORKERS", 1)
+    connection = ServerConnection(ServerSpec(f"127.0.0.1:{free_port()}"), timeout_s=30)
+    sent: list[str] = []
+    release = threading.Event()
+
+    def hung_call(request, timeout, compression):  # stands in for gRPC's blocking ModelInfer
+        sent.append(request.inputs[0].name)
+        release.wait(30)
+        raise RequestError("m", connection.address, "UNAVAILABLE", "gone", "failover")
+
+    monkeypatch.setattr(connection, "_rpc", lambda: hung_call)
+    spec = SimpleNamespace(name="a", datatype="FP32")
+    info = SimpleNamespace(name="m", inputs=[spec, SimpleNamespace(name="b", datatype="FP32")], outputs=[],
+                           max_batch_size=0)
+    busy = connection.send(info, {"a": np.zeros(2, np.float32)}, [])
+    queued = connection.send(info, {"b": np.zeros(2, np.float32)}, [])
+    while not sent:  # the worker has taken the first one
+        release.wait(0.01)
+    connection.close(grace_s=0.05)
+    with pytest.raises(RequestError, match="CANCELLED: the connection was closed before this request was sent"):
+        queued.result(30)
+    assert queued.exception().action == "retry"
+    release.set()
+    with pytest.raises(RequestError, match="UNAVAILABLE"):
+        busy.result(30)
+    for _ in range(3000):  # until the worker has taken the queued one too (and skipped it)
+        if connection.in_flight == 0:
+            break
+        release.wait(0.01)
+    assert connection.in_flight == 0
+    assert sent == ["a"]  # the queued request never reached the transport
