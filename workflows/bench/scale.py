@@ -441,8 +441,10 @@ def predictions(points: list[dict[str, Any]], args: argparse.Namespace, cores: i
         # a CPU server: its compute with one job (under load its wall time per request also counts waiting
         # for the host's cores, which is the host's bound, counted there)
         t_server, t_from = base["server_compute_s_per_event"] / instances, "N=1"
-    alone = base["time_per_event_median"]  # the flat line: one job with the server to itself
-    latency = max(0.0, alone - base["other_s_per_event"])  # its producers' requests overlap its own work
+    # the flat line: one job with the server to itself (its t_other where that, averaged over its start-up
+    # events too, is a little longer); its producers' requests overlap its own work, so t_ml is what is left
+    alone = max(base["time_per_event_median"], base["other_s_per_event"])
+    latency = alone - base["other_s_per_event"]
     # the host's CPU per event: the job's (process time over its steady events: modules, framework and the
     # client's gRPC threads) and, the servers running on this host, the server's (its process tree's CPU
     # per event; a CPU server's compute where not recorded; a GPU server's host CPU is then unknown: 0)
