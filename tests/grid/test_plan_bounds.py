@@ -111,7 +111,7 @@ def test_sonic_plan_reports_the_bound(tmp_path):
     done = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "plan", str(path), "--host-cores", "2"],
                           capture_output=True, text=True, timeout=120)
     # its CPU elsewhere: the host gives 2 / 8 ms (15.5 jobs), the server 1 / 5 ms first (12.4 jobs)
-    assert done.returncode == 0 and "knee at 12.4 jobs: the server saturates first" in done.stdout
+    assert done.returncode == 0 and "knee at 12.4 jobs per server: the server saturates first" in done.stdout
 
 
 def test_a_run_records_its_cpu_after_the_first_event(tmp_path):

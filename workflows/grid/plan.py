@@ -369,7 +369,8 @@ def report(result: Plan, job: Measurement | None = None, server: Measurement | N
                      f"({result.cores:g} cores, c_host = {1000 * result.host_cpu_s_per_event:.3f} ms of CPU per event)"
                      f"{source('c_host')}")
     if result.bound:
-        lines.append(f"  knee at {result.knee_jobs:.1f} jobs: the {result.bound} saturates first")
+        where = "jobs per server" if result.bound == "server" else "jobs on the host"
+        lines.append(f"  knee at {result.knee_jobs:.1f} {where}: the {result.bound} saturates first")
     if result.link_job_cap is not None:
         lines.append(f"  per job: B / t_other = {result.bytes_per_s_per_job / 1e6:.3f} MB/s")
         lines.append(f"  job cap for the link = u x L / (B / t_other) = {result.link_job_cap} jobs"
