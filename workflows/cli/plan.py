@@ -9,6 +9,10 @@ Bytes per event come from the inference report's byte counters, or from the meas
 event and the models' shapes (``--repository``; a shipped repository such as ``data/models/miniaod`` is found from
 any working directory), or ``--bytes-per-event``.
 
+The knee is where the time per event starts to rise: the flat line (one job alone) times the most events
+per second the server, or the host's cores when jobs share them (``--host-cores``), let through; the
+report says which bound applies (see ``workflows/grid/plan.py``).
+
 ``--json`` prints the plan as JSON instead of text (``--json FILE`` writes it there and prints the text).
 ``--simulate`` adds a discrete-event simulation (``workflows/grid/simulate.py``) of ``--jobs`` jobs on
 ``--servers`` servers with the measured times and bytes, for the queues, batching and link load the
@@ -18,6 +22,7 @@ Examples::
 
     sonic plan task-cpu/ --server-timing gpu-direct.json --bytes-per-event 15.6e6 --link-gbps 100
     sonic plan job.json --json                                        # the plan as JSON on stdout
+    sonic plan job.json --host-cores 2 --server-on-host               # jobs and a CPU server on 2 cores
     sonic plan job.json --simulate --jobs 10 50 100 --servers 2 --max-batch 4 --queue-delay-ms 1
 """
 
