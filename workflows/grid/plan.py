@@ -308,6 +308,8 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
         result.notes.append("no server time per event: give --server-timing or --server-ms-per-event")
     if cores and host_cpu_s_per_event:
         result.host_knee_jobs = alone * cores / host_cpu_s_per_event
+        result.notes.append(f"the host bound counts {cores:g} cores free for these jobs: other processes' load on "
+                            f"them lowers it in proportion")
     knees = {bound: knee for bound, knee in (("server", result.knee_jobs_per_server), ("host", result.host_knee_jobs))
              if knee is not None}
     if knees:
