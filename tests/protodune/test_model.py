@@ -64,18 +64,25 @@ def test_repositories_describe_the_same_model():
     gpu.verify_checksums()  # pins the MD5 of the linked ONNX file and of model.py
     assert cpu.platform == "onnxruntime_onnx" and gpu.platform == "python"
     assert cpu.inputs == gpu.inputs and cpu.outputs == gpu.outputs
-    assert cpu.max_batch_size == gpu.max_batch_size == 1693
+    assert cpu.max_batch_size == 1693
+    # the GPU entry merges several of a producer's requests into one execution (sonic bench gpu)
+    assert gpu.max_batch_size > cpu.max_batch_size and gpu.config_dict["dynamic_batching"] is not None
     assert cpu.labels["em_trk_none"] == ["track", "em", "none"]
     assert (gpu.path / "1" / "model.onnx").resolve() == ONNX_FILE.resolve()
 
 
-def test_torch_copy_matches_onnxruntime():
-    """The GPU repository's model.py (torch, here on CPU in float32) computes what onnxruntime computes."""
+@pytest.mark.parametrize("layout, chunk", [("nchw", 0), ("nhwc", 0), ("nhwc", 7)])
+def test_torch_copy_matches_onnxruntime(layout, chunk):
+    """The GPU repository's model.py (torch, here on CPU in float32) computes what onnxruntime computes,
+    in the ONNX graph's channel-first order and channels-last (the Dense rows permuted at load), whole
+    or cut into chunks (7 does not divide the 32 patches)."""
     torch = pytest.importorskip("torch")
     from sonic_hep.workflows.bench._torch_client import load_model_file
 
     module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
-    net = module.EmTrkMichelIdTorch.from_onnx(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.onnx")
+    net = module.EmTrkMichelIdTorch.from_onnx(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.onnx",
+                                              layout=layout, chunk=chunk)
+    assert net.layout == layout and not net.fused  # cuDNN's fused convolution is for CUDA devices only
     patches = random_patches(32, 2)
     em, michel = net(torch.from_numpy(patches))
     ref_em, ref_michel = ort.InferenceSession(str(ONNX_FILE), providers=["CPUExecutionProvider"]).run(
@@ -130,3 +137,19 @@ def test_pin_gpu_onnx_changes_only_the_onnx_checksum(tmp_path):
     changed = [(a, b) for a, b in zip(before, after) if a != b]
     assert len(before) == len(after) and len(changed) == 1
     assert changed[0][1].strip() == f'value: "{hashlib.md5(b"other weights").hexdigest()}"'
+
+
+def test_channels_last_rows_match_a_channels_last_flattening():
+    """Row r of the permuted matrix multiplies the activation element that a channels-last flattening
+    puts at position r: the product equals the channel-first one on any activation."""
+    from sonic_hep.workflows.bench._torch_client import load_model_file
+
+    module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
+    rng = np.random.default_rng(5)
+    channels, size = 3, 4
+    weights = rng.normal(size=(channels * size * size, 2))
+    activation = rng.normal(size=(channels, size, size))  # C, H, W
+    first = activation.reshape(-1) @ weights
+    last = activation.transpose(1, 2, 0).reshape(-1) @ module.channels_last_rows(weights, channels)
+    assert np.allclose(first, last)
+    assert not np.allclose(activation.transpose(1, 2, 0).reshape(-1) @ weights, first)
