@@ -94,7 +94,7 @@ class InferenceConfig:
 
 
 #: the options of ``fallback_server`` (passed on to the local server it starts)
-FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python", "device", "startup_timeout", "log_verbose", "workdir",
+FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python_shm_mb", "python", "device", "startup_timeout", "log_verbose", "workdir",
                                      "env", "models", "host", "backends", "backend", "strict"})
 #: values of ``fallback_server.backend`` (the same as ``TritonServer``'s ``backend``; checked here to name the key)
 SERVER_BACKENDS = ("auto", "native", "python")

@@ -266,3 +266,15 @@ def test_a_port_taken_between_choice_and_bind_is_retried_until_every_endpoint_li
                 client.close()
     finally:
         holder.close()
+
+
+def test_python_shm_mb_sizes_each_python_stub_pool_up_front(tmp_path, rng):
+    """Triton's default pool is 1 MiB, grown step by step; ``python_shm_mb`` makes each stub's pool that
+    size at start (the ProtoDUNE GPU entry's executions carry ~36 MB). The pools are read in /dev/shm."""
+    with TritonServer([DEMO_REPOSITORY], backend="python", python_shm_mb=8, workdir=tmp_path / "work") as server:
+        pools = [p.stat().st_size for p in Path("/dev/shm").iterdir() if p.name.startswith(server.shm_prefix)]
+        x = rng.normal(size=(3, 16)).astype(np.float32)
+        assert _infer(server.grpc_url, "demo_mlp", x).as_numpy("probs").shape == (3, 4)
+    assert pools and min(pools) >= 8 * 2**20
+    with pytest.raises(InferenceError, match="python_shm_mb"):
+        TritonServer([DEMO_REPOSITORY], python_shm_mb=0)

@@ -143,7 +143,8 @@ def start(args: argparse.Namespace) -> int:
                           metrics_host=args.metrics_host, keep_workdir=args.keep_workdir or None, grpc_port=args.grpc_port,
                           http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
-                          model_control="explicit" if args.explicit else "none", log_verbose=args.log_verbose,
+                          python_shm_mb=args.python_shm_mb, model_control="explicit" if args.explicit else "none",
+                          log_verbose=args.log_verbose,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
                           cpus=parse_cpus(args.cpus) if args.cpus else None, backend=_backend(args),
                           strict=_strict(args))
@@ -351,6 +352,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-workdir", action="store_true",
                    help="keep the work folder after a clean stop (also: SONIC_HEP_KEEP_WORKDIR=1)")
     p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
+    p.add_argument("--python-shm-mb", type=int, default=None, metavar="MIB",
+                   help="shared-memory pool of each python-based model instance, sized up front (e.g. 256 for "
+                        "ProtoDUNE patches on a GPU); default: Triton's 1 MiB, grown as needed")
     p.add_argument("--backend", choices=("auto", "native", "python"),
                    help="what serves onnxruntime_onnx models: the compiled native backend, the python-based one, "
                         "or auto (native where it builds, else python-based with a notice); default: "
