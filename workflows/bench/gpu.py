@@ -59,6 +59,8 @@ REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "models" / "protodun
 #: the first GPU entry's code path, selected through the model's parameters alone
 BASELINE = {"layout": "nchw", "fuse": "false", "staging": "pageable", "max_batch": 1693}
 STAGES = ("h2d", "widen", "convolve", "dense1", "heads", "d2h")
+#: max |Δ| of any score against onnxruntime on the CPU: float16 on a GPU (README), float32 on a CPU
+TOLERANCE = {"cuda": 5e-3, "cpu": 1e-4}
 SERVER_STAGES = ("inputs_s", "h2d_s", "forward_s", "d2h_and_responses_s")
 
 
@@ -605,6 +607,10 @@ def run(args: argparse.Namespace) -> int:
                 scores[f"server {row['label']}"] = row["score_max_abs_diff"]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    tolerance = TOLERANCE["cuda" if args.device.startswith("cuda") else "cpu"]
+    for what, difference in scores.items():
+        if difference > tolerance:
+            failures[f"scores {what}"] = f"max |Δ| {difference:.2e} against onnxruntime exceeds {tolerance:g}"
     best_direct = max((p["events_per_s"] for p in direct_rows.get("optimised", [])), default=0.0)
     best_server = max((p["events_per_s"] for row in server_rows if not row["label"].startswith("baseline")
                        for p in row["points"]), default=0.0)
