@@ -21,7 +21,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .errors import OutputError
 
@@ -170,3 +170,27 @@ class PendingText:
             os.unlink(self.tmp_path)
         except FileNotFoundError:
             pass
+
+
+def write_text(path: str, what: str, text: str) -> str:
+    """``text`` into ``path`` all at once: under a temporary name, then renamed into place."""
+    pending = PendingText(path, what)
+    try:
+        pending.write(text)
+    except BaseException:
+        pending.abort()
+        raise
+    return pending.commit()
+
+
+def write_with(path: str, what: str, writer: Callable[[str], object]) -> str:
+    """``writer(temporary_path)`` fills a temporary beside ``path`` (a plotting library that writes by
+    name, say), which is then renamed into place; if it fails, nothing is left behind."""
+    pending = PendingText(path, what)
+    try:
+        writer(pending.tmp_path)
+    except BaseException:
+        pending.abort()
+        raise
+    pending.mark_written()
+    return pending.commit()

@@ -126,3 +126,21 @@ def test_output_equal_to_an_input_is_refused_and_the_input_kept(tmp_path, nano_f
     with pytest.raises(OutputError, match="is also an input file"):
         process.run(progress=False)
     assert copy.read_bytes() == nano_files[0].read_bytes() and os.listdir(tmp_path) == ["in.root"]
+
+
+def test_write_with_renames_a_filled_temporary_and_leaves_nothing_when_the_writer_fails(tmp_path):
+    from sonic_hep.framework.atomic import write_text, write_with
+
+    target = tmp_path / "picture.png"
+    assert write_with(str(target), "picture", lambda tmp: open(tmp, "wb").write(b"\x89PNG")) == str(target)
+    assert target.read_bytes() == b"\x89PNG"
+
+    def broken(tmp: str) -> None:
+        open(tmp, "wb").write(b"half")
+        raise RuntimeError("plot failed")
+
+    with pytest.raises(RuntimeError, match="plot failed"):
+        write_with(str(tmp_path / "other.png"), "picture", broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["picture.png"]
+    write_text(str(tmp_path / "table.md"), "table", "| a |\n")
+    assert (tmp_path / "table.md").read_text() == "| a |\n"

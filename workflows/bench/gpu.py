@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from ...framework.atomic import write_text, write_with
 from ._machine import machine_description
 
 MODEL = "emtrkmichelid"
@@ -503,7 +504,7 @@ def plot(report: dict[str, Any], out: Path) -> None:
                  "server instance time at saturation (the instances share the GPU)", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(out / "gpu.png", dpi=120)
+    write_with(str(out / "gpu.png"), "gpu.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
 
     fig, axes = plt.subplots(2, 1, figsize=(9, 5), gridspec_kw={"height_ratios": [3, 1]})
@@ -535,7 +536,7 @@ def plot(report: dict[str, Any], out: Path) -> None:
     axes[0].legend(handles, ["stub reads inputs", "host→device", "widen", "convolve", "dense1", "heads",
                              "forward", "device→host"], fontsize=7, ncol=4, loc="upper right")
     fig.tight_layout()
-    fig.savefig(out / "gpu_timeline.png", dpi=120)
+    write_with(str(out / "gpu_timeline.png"), "gpu_timeline.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
 
 
@@ -623,8 +624,8 @@ def run(args: argparse.Namespace) -> int:
               "mb_per_event": float(np.mean([p.nbytes for p in patches])) / 1e6,
               "direct_stages": direct_stage_rows, "direct": direct_rows, "servers": server_rows, "scores": scores,
               "summary": summary, "failures": failures}
-    (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
-    (out / "gpu.md").write_text(markdown(report))
+    write_text(str(out / "gpu.json"), "gpu.json", json.dumps(report, indent=1, default=str))
+    write_text(str(out / "gpu.md"), "gpu.md", markdown(report))
     plot(report, out)
     print(markdown(report))
     return 1 if failures else 0

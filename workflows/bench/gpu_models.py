@@ -62,7 +62,7 @@ import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ...framework.atomic import PendingText
+from ...framework.atomic import write_text, write_with
 from ...framework.futures import gather
 from ...framework.inference.repository import ModelInfo, ModelRepository
 from ...framework.inference.server import TritonServer
@@ -470,9 +470,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write(out: Path, name: str, content: str) -> None:
-    pending = PendingText(str(out / name), name)
-    pending.write(content)
-    pending.commit()
+    write_text(str(out / name), name, content)
 
 
 def parse_list(text: str, option: str, known: tuple[str, ...] | None = None) -> list[str]:
@@ -583,14 +581,7 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(report)
     write(out, "gpu_models.json", json.dumps(report, indent=2, default=str))
     write(out, "gpu_models.md", text)
-    picture = PendingText(str(out / "gpu_models.png"), "gpu_models.png")
-    try:
-        plot(report, Path(picture.tmp_path))
-    except BaseException:
-        picture.abort()
-        raise
-    picture.mark_written()
-    picture.commit()
+    write_with(str(out / "gpu_models.png"), "gpu_models.png", lambda tmp: plot(report, Path(tmp)))
     print(text)
     print(f"wrote {out / 'gpu_models.md'}, {out / 'gpu_models.json'}, {out / 'gpu_models.png'}")
     return 1 if failures else 0

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import text_format
 
-from ...framework.atomic import PendingText
+from ...framework.atomic import write_text, write_with
 from ...framework.inference.repository import ModelInfo, ModelRepository
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
@@ -416,17 +416,8 @@ def run(args: argparse.Namespace) -> int:
     report["goals"] = goals(report["results"])
     text = markdown(report)
     for name, content in (("server.json", json.dumps(report, indent=2)), ("server.md", text)):
-        pending = PendingText(str(out / name), name)
-        pending.write(content)
-        pending.commit()
-    picture = PendingText(str(out / "server.png"), "server.png")
-    try:
-        plot(report, Path(picture.tmp_path))
-    except BaseException:
-        picture.abort()
-        raise
-    picture.mark_written()
-    picture.commit()
+        write_text(str(out / name), name, content)
+    write_with(str(out / "server.png"), "server.png", lambda tmp: plot(report, Path(tmp)))
     print(text)
     print(f"wrote {out / 'server.md'}, {out / 'server.json'}, {out / 'server.png'}")
     return 0
