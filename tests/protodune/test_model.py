@@ -153,3 +153,22 @@ def test_channels_last_rows_match_a_channels_last_flattening():
     last = activation.transpose(1, 2, 0).reshape(-1) @ module.channels_last_rows(weights, channels)
     assert np.allclose(first, last)
     assert not np.allclose(activation.transpose(1, 2, 0).reshape(-1) @ weights, first)
+
+
+def test_shared_memory_mappings_find_a_pool_in_dev_shm():
+    """The GPU entry page-locks the python stub's pool where it lies: it finds the pool among the
+    process's mappings (a mapping of a file in /dev/shm), with its whole address range."""
+    from multiprocessing import shared_memory
+
+    from sonic_hep.workflows.bench._torch_client import load_model_file
+
+    module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
+    before = module.shared_memory_mappings()
+    pool = shared_memory.SharedMemory(create=True, size=3 * 2**20)
+    try:
+        address = np.frombuffer(pool.buf, np.uint8).ctypes.data
+        new = [r for r in module.shared_memory_mappings() if r not in before]
+        assert any(start <= address and address + 3 * 2**20 <= end for start, end in new)
+    finally:
+        pool.close()
+        pool.unlink()

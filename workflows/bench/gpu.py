@@ -73,8 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1693, help="patches per request the clients send")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4], help="direct processes per point")
     parser.add_argument("--clients", type=int, nargs="+", default=[8], help="client processes per server point")
-    parser.add_argument("--servers", nargs="+", default=["4:pageable"], metavar="INSTANCES:STAGING",
-                        help="server settings to measure: model instances and host staging (pinned or pageable)")
+    parser.add_argument("--servers", nargs="+", default=["8:registered"], metavar="INSTANCES:STAGING",
+                        help="server settings to measure: model instances and how inputs reach the device "
+                             "(registered: the stub's pool page-locked in place; pageable; pinned: a copy into "
+                             "a page-locked buffer)")
     parser.add_argument("--max-batch", type=int, default=16384,
                         help="the served model's max_batch_size: how many patches dynamic batching may merge")
     parser.add_argument("--python-shm-mb", type=int, default=256,
@@ -545,8 +547,9 @@ def parse_servers(items: list[str], max_batch: int) -> dict[str, dict[str, Any]]
     settings = {}
     for item in items:
         instances, _, staging = item.partition(":")
-        if not instances.isdigit() or int(instances) < 1 or staging not in ("pinned", "pageable"):
-            raise SystemExit(f"--servers {item!r}: expected INSTANCES:STAGING, e.g. 2:pinned or 4:pageable")
+        if not instances.isdigit() or int(instances) < 1 or staging not in ("registered", "pinned", "pageable"):
+            raise SystemExit(f"--servers {item!r}: expected INSTANCES:STAGING, STAGING registered, pageable or "
+                             "pinned, e.g. 8:registered")
         settings[f"{instances}x {staging}"] = {"instances": int(instances), "staging": staging,
                                               "max_batch": max_batch}
     return settings
