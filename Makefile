@@ -22,7 +22,7 @@ install: $(BIN)/python
 	@echo "== [2/2] installing sonic-hep and its generators extra into $(VENV) (a few minutes the first time)"
 	$(BIN)/python -m pip install -e '.[generators]'
 
-install-test: $(BIN)/python system-deps $(VENV)-numpy2/bin/python
+install-test: $(BIN)/python system-deps $(VENV)-numpy2/bin/python $(VENV)-tf/bin/python
 	$(BIN)/python -m pip install -q -e '.[all]'
 ifneq ($(TORCH_WHEEL),)
 	$(BIN)/python -m pip install -q 'torch==2.13.0'
@@ -32,6 +32,12 @@ endif
 $(VENV)-numpy2/bin/python: $(BIN)/python
 	$(BIN)/python -m venv $(VENV)-numpy2
 	$(VENV)-numpy2/bin/python -m pip install -q 'numpy>=2,<3' onnxruntime
+
+# a server python with tensorflow, for the test that serves tensorflow_* models (tensorflow-cpu 2.18 wants
+# protobuf < 6, tritonclient protobuf 6: it cannot share $(VENV))
+$(VENV)-tf/bin/python: $(BIN)/python
+	$(BIN)/python -m venv $(VENV)-tf
+	$(VENV)-tf/bin/python -m pip install -q 'tensorflow-cpu==2.18.*' 'numpy<2'
 
 system-deps:
 	./.ci/system-deps
@@ -48,4 +54,4 @@ bench: install
 	@echo "== results in $(BENCH_OUT)/framework"
 
 clean:
-	rm -rf $(VENV) $(VENV)-numpy2 *.egg-info .pytest_cache
+	rm -rf $(VENV) $(VENV)-numpy2 $(VENV)-tf *.egg-info .pytest_cache
