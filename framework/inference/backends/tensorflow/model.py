@@ -8,7 +8,13 @@ Triton's TensorFlow backend: a SavedModel's config names are the keys of its ser
 (``serving_default`` unless the config's ``parameters { key: "TF_SIGNATURE_DEF" ... }`` names another);
 a GraphDef's config names are tensor names in the graph (``x`` or ``x:0``).
 
-Not exercised by the test suite: tensorflow is not installed where it runs (the skip is tested).
+Tensorflow's errors span several lines (``Graph execution error:``, ``Detected at node ...``) and clients
+show an error's first line; :func:`one_line` keeps the lines that say what failed ("x has NaN or Inf :
+Tensor had NaN values [[{{node CheckNumerics}}]]").
+
+Tested in ``tests/inference/test_tensorflow_backend.py``: a SavedModel and a frozen GraphDef written by
+tensorflow, served by a real server whose python is ``.venv-tf`` (``make install-test``), answer as
+tensorflow does, and a bad request sent among good ones fails alone, with this one line.
 """
 
 from __future__ import annotations
@@ -19,6 +25,20 @@ import sys
 _HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:0] = [os.path.join(os.path.dirname(_HERE), "common")]
 from batched_model import BatchedModel  # noqa: E402  (found through the path above)
+
+
+#: tensorflow's framing lines around an op's own message (eager and session errors)
+_FRAMING = ("Graph execution error:", "Detected at node", "<stack traces unavailable>", "Node: ")
+
+
+def one_line(err: Exception) -> Exception:
+    """A tensorflow op error as one line of what failed (its framing dropped); other errors as they are."""
+    message = getattr(err, "message", None)
+    if not isinstance(message, str) or "\n" not in message:
+        return err
+    lines = [line.strip() for line in message.split("Original stack trace")[0].splitlines()]
+    kept = [line for line in lines if line and not line.startswith(_FRAMING)]
+    return RuntimeError(f"{type(err).__name__}: {' '.join(kept) or lines[0]}")
 
 
 class SavedModelRunner:
@@ -33,8 +53,11 @@ class SavedModelRunner:
         self.function = self.loaded.signatures[signature]
 
     def run(self, wanted, feed):
-        with self.tf.device(self.device):
-            result = self.function(**{name: self.tf.constant(value) for name, value in feed.items()})
+        try:
+            with self.tf.device(self.device):
+                result = self.function(**{name: self.tf.constant(value) for name, value in feed.items()})
+        except self.tf.errors.OpError as err:
+            raise one_line(err) from None
         return [result[name].numpy() for name in wanted]
 
 
@@ -44,7 +67,7 @@ class GraphDefRunner:
     def __init__(self, path: str, device: str):
         import tensorflow as tf
 
-        v1 = tf.compat.v1
+        self.tf, v1 = tf, tf.compat.v1
         graph_def = v1.GraphDef()
         with open(path, "rb") as stream:
             graph_def.ParseFromString(stream.read())
@@ -57,8 +80,11 @@ class GraphDefRunner:
         return self.graph.get_tensor_by_name(name if ":" in name else name + ":0")
 
     def run(self, wanted, feed):
-        return self.session.run([self._tensor(name) for name in wanted],
-                                {self._tensor(name): value for name, value in feed.items()})
+        try:
+            return self.session.run([self._tensor(name) for name in wanted],
+                                    {self._tensor(name): value for name, value in feed.items()})
+        except self.tf.errors.OpError as err:
+            raise one_line(err) from None
 
 
 class TritonPythonModel(BatchedModel):
