@@ -10,7 +10,9 @@ Skipped when ``.venv-tf`` is absent (``make install-test`` makes it).
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
 import textwrap
 from concurrent.futures import wait
 from pathlib import Path
@@ -23,6 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.repository import ModelRepository, TensorSpec, add_tensors
+from sonic_hep.framework.inference.servable import unservable
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.service import InferenceConfig, make_client
 
@@ -124,15 +127,21 @@ def client(server, built):
 NAMES = {SAVED: ("features", "scores"), GRAPH: ("x", "y")}
 
 
-def test_both_tensorflow_platforms_are_served_by_the_tensorflow_backend(server):
-    # "tensorflow importable" is decided in the server's python (.venv-tf), not in this test's (no tensorflow)
-    assert server.skipped == {}
+def test_both_tensorflow_platforms_are_served_by_the_tensorflow_backend(server, built):
+    # "tensorflow importable" is decided in the server's python (.venv-tf), not in this test's
+    assert server.skipped == {} and server.describe()["python"] == str(TF_PYTHON)
+    if importlib.util.find_spec("tensorflow") is None:  # with this python, both would be left out
+        infos = [ModelRepository([built[0]]).get(name) for name in (SAVED, GRAPH)]
+        assert set(unservable(infos, sys.executable)) == {SAVED, GRAPH}
     assert sorted(server.served) == sorted([SAVED, GRAPH])
-    assert server.model_backends == {SAVED: "tensorflow (python-based)", GRAPH: "tensorflow (python-based)"}
+    assert server.describe()["model_backends"] == {SAVED: "tensorflow (python-based)",
+                                                   GRAPH: "tensorflow (python-based)"}
     probe = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        assert all(probe.is_model_ready(name) for name in (SAVED, GRAPH))
-        assert probe.get_model_config(SAVED).config.platform == "tensorflow_savedmodel"
+        for name, platform in ((SAVED, "tensorflow_savedmodel"), (GRAPH, "tensorflow_graphdef")):
+            assert probe.is_model_ready(name)
+            config = probe.get_model_config(name).config  # as Triton loaded it: our model.py serves it
+            assert (config.platform, config.backend, config.runtime) == (platform, "tensorflow", "model.py")
     finally:
         probe.close()
 
