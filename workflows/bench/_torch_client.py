@@ -52,9 +52,10 @@ class TorchDirectClient(InferenceClient):
         self.info = repository.get(model)
         version = self.info.path / str(self.info.version)
         module = load_model_file(version / "model.py")
-        dtype = torch.float16 if precision == "float16" else torch.float32
         self.device = torch.device(device)
-        self.net = module.EmTrkMichelIdTorch.from_onnx(version / "model.onnx", self.device, dtype)
+        # the network the entry's parameters describe, as its server instances run it
+        self.net = module.network_from_config(version / "model.onnx", self.device, self.info.config_dict,
+                                              precision=precision)
         self.net(torch.zeros((8, 48, 48, 1), dtype=torch.uint8, device=self.device))
         self.counters = Counters()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="torch-direct")

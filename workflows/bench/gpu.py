@@ -109,14 +109,17 @@ def load_network_module() -> Any:
 
 
 def build(module: Any, device: str, settings: dict[str, Any]) -> tuple[Any, Any]:
-    """The network and its host staging (None: pageable) for ``settings`` on ``device``."""
+    """The network the shipped entry's parameters describe, ``settings`` overriding them (so that
+    direct and served run the same network), and its host staging on ``device`` (None: pageable;
+    in-process the default is a page-locked buffer of its own)."""
     import torch
 
+    from ...framework.inference.repository import ModelRepository
+
     dev = torch.device(device)
-    dtype = torch.float16 if dev.type == "cuda" else torch.float32
-    net = module.EmTrkMichelIdTorch.from_onnx(REPOSITORY / MODEL / "1" / "model.onnx", dev, dtype,
-                                              settings.get("layout") or None, int(settings.get("chunk", 16384)),
-                                              str(settings.get("fuse", "true")).lower() != "false")
+    config = ModelRepository([REPOSITORY]).get(MODEL).config_dict
+    net = module.network_from_config(REPOSITORY / MODEL / "1" / "model.onnx", dev, config,
+                                     **{k: v for k, v in settings.items() if k in ("layout", "chunk", "fuse")})
     staging = (module.PinnedStaging(dev) if dev.type == "cuda" and settings.get("staging", "pinned") == "pinned"
                else None)
     return net, staging

@@ -178,11 +178,10 @@ class PinnedStaging:
         rows = sum(len(p) for p in parts)
         shape = (rows, *parts[0].shape[1:])
         size = int(np.prod(shape))
+        # the previous copy out of the buffer must be done before it is refilled or replaced
+        torch.cuda.current_stream(self.device).synchronize()
         if self.host.numel() < size:
-            torch.cuda.current_stream(self.device).synchronize()  # the old buffer may still be read
             self.host = torch.empty(int(size * 1.25), dtype=torch.uint8, pin_memory=True)
-        else:  # the previous execution's copy must be done before the buffer is refilled
-            torch.cuda.current_stream(self.device).synchronize()
         staged = self.host[:size].view(shape)
         offset = 0
         for part in parts:
@@ -245,29 +244,41 @@ def _parameter(config: dict, key: str, default: str) -> str:
     return config.get("parameters", {}).get(key, {}).get("string_value", default)
 
 
+def network_from_config(path: str | Path, device: torch.device | str, config: dict,
+                        **overrides: object) -> EmTrkMichelIdTorch:
+    """The network as a model config's ``parameters`` describe it (``precision``, ``layout``,
+    ``chunk``, ``fuse``; ``overrides`` win), on ``device``: one reading of them for a server instance
+    and for in-process use, so that both run the same network. On a CPU it computes in float32 (half
+    precision convolutions are slow or missing on CPUs)."""
+    device = torch.device(device)
+
+    def value(key: str, default: str) -> str:
+        return str(overrides[key]) if key in overrides else _parameter(config, key, default)
+
+    half = device.type == "cuda" and value("precision", "float16") == "float16"
+    return EmTrkMichelIdTorch.from_onnx(path, device, torch.float16 if half else torch.float32,
+                                        value("layout", "") or None, int(value("chunk", "0")),
+                                        value("fuse", "true").lower() != "false")
+
+
 class TritonPythonModel:
     """One model instance: the network on the instance's device."""
 
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         self.name = config["name"]
-        precision = _parameter(config, "precision", "float16")
         if args.get("model_instance_kind") == "GPU":
             self.device = torch.device(f"cuda:{int(args.get('model_instance_device_id') or 0)}")
             torch.cuda.set_device(self.device)
             # the host only copies here: torch's default of one thread per core in every instance
             # competes with Triton's own threads and the other instances for the cores
             torch.set_num_threads(1)
-            dtype = torch.float16 if precision == "float16" else torch.float32
             # no cudnn.benchmark: it autotunes every new batch size (each event's last request, each
             # dynamically batched total), which costs far more than it gains here
-        else:  # the CPU fallback server: half precision convolutions are slow or missing on CPUs
-            self.device, dtype = torch.device("cpu"), torch.float32
-        layout = _parameter(config, "layout", "") or None
-        chunk = int(_parameter(config, "chunk", "0"))
-        fuse = _parameter(config, "fuse", "true").lower() != "false"
+        else:  # the CPU fallback server
+            self.device = torch.device("cpu")
         path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
-        self.net = EmTrkMichelIdTorch.from_onnx(path, self.device, dtype, layout, chunk, fuse)
+        self.net = network_from_config(path, self.device, config)
         staging = _parameter(config, "staging", "registered")
         if staging not in STAGINGS:
             raise ValueError(f"parameter staging {staging!r}: expected one of {STAGINGS}")
