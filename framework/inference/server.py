@@ -110,9 +110,9 @@ class TritonServer:
         ort_threads (int): onnxruntime intra-op threads per model instance (unless its config says).
         python_shm_mb (int | None): each python stub's shared-memory pool, in MiB, made this size at
             start and grown by a quarter of it (Triton's default is 1 MiB grown 1 MiB at a time). Models
-            whose executions carry tens of MB (ProtoDUNE patches merged by dynamic batching) need it:
-            each growth maps fresh pages that both processes then fault in, which measured ~0.4 GB/s
-            on an H100 host against several GB/s in a pool sized up front. The pool lives in
+            whose executions carry tens of MB (ProtoDUNE patches merged by dynamic batching: ~36 MB
+            per execution) would otherwise grow it step by step, each step a new mapping; the GPU
+            entry page-locks the pool where it lies, once per mapping. The pool lives in
             ``/dev/shm``, whose pages are only taken when touched.
         model_control (str): "none" (load everything at start) or "explicit" (load/unload through the API).
         tls_cert, tls_key (str | None): PEM server certificate and key: gRPC over TLS.

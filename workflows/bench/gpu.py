@@ -640,14 +640,14 @@ def run(args: argparse.Namespace) -> int:
 def served_score_difference(url: str, repo: Path, patches: np.ndarray, batch_size: int,
                             reference: tuple[np.ndarray, np.ndarray]) -> float:
     """Max |Δ| of one event's served scores against onnxruntime's, through the SONIC client."""
-    from ...framework.futures import gather
     from ...framework.inference.service import InferenceConfig, make_client
-    from ...modules.protodune.emtrkmichelid import requests, scores
+    from ...modules.protodune.emtrkmichelid import scores
+    from .protodune import run_event
 
     client = make_client(InferenceConfig(mode="sonic", repository=[str(repo)], servers=[url], fallback=False,
                                          shared_memory="on"))
     try:
-        served = scores(gather([client.infer(MODEL, inputs) for inputs in requests(patches, batch_size)]).result())
+        served = run_event(client, patches, batch_size)
     finally:
         client.close()
     expected = scores([{"em_trk_none": reference[0], "michel": reference[1]}])
