@@ -62,15 +62,23 @@ def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[s
     for name in models if models is not None else repository.names():
         info = repository.get(name)
         info.verify_checksums()
-        target = dest / name
-        target.mkdir(exist_ok=True)
-        for entry in info.path.iterdir():
-            if entry.name == "config.pbtxt":
-                continue
-            link = target / entry.name
-            if link.is_symlink():
-                link.unlink()
-            link.symlink_to(entry.resolve())
-        (target / "config.pbtxt").write_text(text_format.MessageToString(runtime_config(info, device)))
+        write_entry(info, dest / name, runtime_config(info, device))
         served.append(info)
     return served
+
+
+def write_entry(info: ModelInfo, target: str | os.PathLike, config: mc.ModelConfig) -> Path:
+    """A repository entry in ``target`` that serves ``info``'s own files (linked, never copied or
+    written) under ``config``: a runtime copy, or a variant that differs from the model in its config
+    alone (instances, batching, parameters). Returns the entry's folder."""
+    target = Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in info.path.iterdir():
+        if entry.name == "config.pbtxt":
+            continue
+        link = target / entry.name
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(entry.resolve())
+    (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+    return target

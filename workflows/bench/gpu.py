@@ -299,25 +299,24 @@ def client_worker(spec: dict[str, Any]) -> None:
 
 # -- the server ------------------------------------------------------------------------------------------
 def server_repository(workdir: Path, instances: int, max_batch: int, parameters: dict[str, str], kind: str) -> Path:
-    """A copy of the GPU entry with ``instances``, ``max_batch`` and ``parameters`` set (its config is
-    rewritten, its files are the shipped ones)."""
-    from google.protobuf import text_format
+    """A repository serving the GPU entry's own files with ``instances``, ``max_batch`` and
+    ``parameters`` set in its config."""
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from ...framework.inference.repository import ModelRepository
+    from ...framework.inference.runtime_repository import write_entry
+
+    info = ModelRepository([REPOSITORY]).get(MODEL)
     root = workdir / f"repository_{instances}_{max_batch}_{'_'.join(parameters.values())}"
     shutil.rmtree(root, ignore_errors=True)
-    entry = root / MODEL
-    (entry / "1").mkdir(parents=True)
-    for name in ("1/model.py", "1/model.onnx", "em_trk_none_labels.txt"):
-        shutil.copy(REPOSITORY / MODEL / name, entry / name)
-    config = text_format.Parse((REPOSITORY / MODEL / "config.pbtxt").read_text(), mc.ModelConfig())
+    config = mc.ModelConfig()
+    config.CopyFrom(info.config)
     config.max_batch_size = max_batch
     del config.instance_group[:]
     config.instance_group.add(count=instances, kind=getattr(mc.ModelInstanceGroup, kind))
-    config.ClearField("model_repository_agents")  # the copies are the shipped files; their pins are the entry's
     for key, value in parameters.items():
         config.parameters[key].string_value = str(value)
-    (entry / "config.pbtxt").write_text(text_format.MessageToString(config))
+    write_entry(info, root / MODEL, config)
     return root
 
 

@@ -59,12 +59,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ...framework.atomic import write_text, write_with
 from ...framework.futures import gather
 from ...framework.inference.repository import ModelInfo, ModelRepository
+from ...framework.inference.runtime_repository import write_entry
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
 from ._machine import machine_description
@@ -278,11 +278,6 @@ def write_served_repository(entries: dict[str, ModelInfo], dest: Path, max_batch
     python-based torch backend (``onnxtorch`` for ONNX, ``pytorch`` for TorchScript), dynamic batching, and
     ``max_batch_size`` at least ``max_batch``. Checksums stay in the config: the server verifies them."""
     for info in entries.values():
-        target = dest / info.name
-        target.mkdir(parents=True)
-        for item in info.path.iterdir():
-            if item.name != "config.pbtxt":
-                (target / item.name).symlink_to(item.resolve())
         config = mc.ModelConfig()
         config.CopyFrom(info.config)
         if config.platform == "onnxruntime_onnx":
@@ -297,7 +292,7 @@ def write_served_repository(entries: dict[str, ModelInfo], dest: Path, max_batch
         config.dynamic_batching.SetInParent()
         config.dynamic_batching.ClearField("preferred_batch_size")
         config.dynamic_batching.max_queue_delay_microseconds = 100
-        (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+        write_entry(info, dest / info.name, config)
     return ModelRepository([dest])
 
 

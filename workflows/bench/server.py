@@ -49,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from google.protobuf import text_format
 
 from ...framework.atomic import write_text, write_with
 from ...framework.inference.repository import ModelInfo, ModelRepository
+from ...framework.inference.runtime_repository import write_entry
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
 from ._grpc_bodies import GRPC_HEADERS, INFER_PATH, body, unframe
@@ -132,11 +132,6 @@ def write_variants(cases: list[Case], batching: list[str], dest: Path) -> ModelR
         info = case.info()
         for setting in batching:
             name = variant_name(case.model, setting)
-            target = dest / name
-            target.mkdir(parents=True)
-            for entry in info.path.iterdir():
-                if entry.name != "config.pbtxt":
-                    (target / entry.name).symlink_to(entry.resolve())
             config = type(info.config)()
             config.CopyFrom(info.config)
             config.name = name
@@ -144,7 +139,7 @@ def write_variants(cases: list[Case], batching: list[str], dest: Path) -> ModelR
                 config.ClearField("dynamic_batching")
             elif not config.HasField("dynamic_batching"):
                 config.dynamic_batching.SetInParent()
-            (target / "config.pbtxt").write_text(text_format.MessageToString(config))
+            write_entry(info, dest / name, config)
     return ModelRepository([dest])
 
 
