@@ -172,3 +172,33 @@ def test_shared_memory_mappings_find_a_pool_in_dev_shm():
     finally:
         pool.close()
         pool.unlink()
+
+
+def test_host_waits_are_set_on_the_primary_context_and_failures_reported():
+    """``sync: blocking`` reaches the driver as the blocking-sync flag of the instance's device; a
+    driver error is reported, not raised (only speed depends on it); an unknown value is an error."""
+    import torch
+
+    from sonic_hep.workflows.bench._torch_client import load_model_file
+
+    module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
+
+    class Driver:
+        def __init__(self, fail: str = ""):
+            self.calls, self.fail = [], fail
+
+        def __getattr__(self, name):
+            def call(*arguments):
+                self.calls.append((name, arguments))
+                return 999 if name == self.fail else 0
+            return call
+
+    driver = Driver()
+    assert module.schedule_host_waits(torch.device("cuda:1"), "blocking", driver) is None
+    names = [name for name, _ in driver.calls]
+    assert names == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxSetFlags"]
+    assert driver.calls[1][1][1].value == 1 and driver.calls[2][1][1].value == 0x04
+    assert "cuDeviceGet: CUDA driver error 999" in module.schedule_host_waits(
+        torch.device("cuda:0"), "spin", Driver(fail="cuDeviceGet"))
+    with pytest.raises(ValueError, match="'yield'"):
+        module.schedule_host_waits(torch.device("cuda:0"), "yield", Driver())

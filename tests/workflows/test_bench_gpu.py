@@ -3,6 +3,7 @@ copies it writes, the direct stages, and a dry run on the CPU with a real Triton
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -20,6 +21,21 @@ def test_server_settings_are_parsed_and_bad_ones_named():
     for bad in ("0:pinned", "two:pinned", "2:mapped", "2"):
         with pytest.raises(SystemExit, match=bad):
             gpu.parse_servers([bad], 16384)
+
+
+def test_network_overrides_reach_direct_and_served_alike():
+    args = argparse.Namespace(chunk=16384, sync=None)
+    overrides = gpu.network_overrides(args)
+    assert overrides == {"chunk": 16384}
+    assert gpu.parse_servers(["4:registered"], 16384, overrides)["4x registered"]["chunk"] == 16384
+    assert "sync" not in gpu.parse_servers(["4:registered"], 16384, overrides)["4x registered"]
+
+
+def test_the_summary_takes_the_median_of_repeats_and_the_best_process_count():
+    points = [{"processes": 4, "events_per_s": r} for r in (60.0, 90.0, 62.0)] + \
+             [{"processes": 8, "events_per_s": r} for r in (64.0, 65.0)]
+    assert gpu.best_median(points) == 64.5  # 4 processes: median 62, not its outlier 90
+    assert gpu.best_median([]) == 0.0
 
 
 def test_served_copy_has_the_settings_and_the_shipped_files(tmp_path):
@@ -89,12 +105,15 @@ def test_dry_run_on_the_cpu_with_a_real_server(tmp_path):
     out = tmp_path / "out"
     rc = main(["bench", "gpu", "--device", "cpu", "--scale", "small", "--events", "1", "--processes", "1",
                "--clients", "1", "--seconds", "1", "--servers", "1:pageable", "--python-shm-mb", "16",
-               "--out", str(out)])
+               "--repeat", "2", "--chunk", "64", "--out", str(out)])
     report = json.loads((out / "gpu.json").read_text())
     assert rc == 0 and not report["failures"]
     assert report["direct"]["optimised"][0]["events"] > 0
+    assert len(report["direct"]["optimised"]) == 2  # --repeat 2: each point twice
     (server,) = report["servers"]
-    assert server["points"][0]["events"] > 0 and server["points"][0]["requests"] > 0
+    assert len(server["points"]) == 2 and server["chunk"] == 64
+    assert all(p["events"] > 0 and p["requests"] > 0 for p in server["points"])
+    assert all(p["cpu_busy_cores"] > 0 for p in server["points"])
     assert server["stages"]["timeline"], "the stage-log pass logged no execution"
     assert max(report["scores"].values()) < 1e-4  # float32 on the CPU: direct and served equal onnxruntime
     for name in ("gpu.md", "gpu.png", "gpu_timeline.png"):

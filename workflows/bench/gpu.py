@@ -63,6 +63,7 @@ STAGES = ("h2d", "widen", "convolve", "dense1", "heads", "d2h")
 #: max |Δ| of any score against onnxruntime on the CPU: float16 on a GPU (README), float32 on a CPU
 TOLERANCE = {"cuda": 5e-3, "cpu": 1e-4}
 SERVER_STAGES = ("inputs_s", "h2d_s", "forward_s", "d2h_and_responses_s")
+NETWORK_KEYS = ("layout", "chunk", "fuse", "sync")  # the entry's parameters that direct and served share
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,15 +74,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1693, help="patches per request the clients send")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4], help="direct processes per point")
     parser.add_argument("--clients", type=int, nargs="+", default=[8], help="client processes per server point")
-    parser.add_argument("--servers", nargs="+", default=["8:registered"], metavar="INSTANCES:STAGING",
+    parser.add_argument("--servers", nargs="+", default=["16:registered"], metavar="INSTANCES:STAGING",
                         help="server settings to measure: model instances and how inputs reach the device "
                              "(registered: the stub's pool page-locked in place; pageable; pinned: a copy into "
                              "a page-locked buffer)")
     parser.add_argument("--max-batch", type=int, default=16384,
                         help="the served model's max_batch_size: how many patches dynamic batching may merge")
+    parser.add_argument("--chunk", type=int, help="patches per forward pass, direct and served (default: the entry's)")
+    parser.add_argument("--sync", choices=("blocking", "spin"),
+                        help="how a host thread waits for the GPU, direct and served (default: the entry's)")
     parser.add_argument("--python-shm-mb", type=int, default=256,
                         help="the python stubs' shared-memory pool per instance (Triton backend-config)")
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per saturation point")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="measure each saturation point this many times, with fresh processes (and a fresh "
+                             "server); the summary takes the median")
     parser.add_argument("--baseline", action="store_true", help="also measure the first GPU entry's code path")
     parser.add_argument("--device", default="cuda:0", help="torch device; \"cpu\" dry-runs every step without a GPU")
     parser.add_argument("--no-reference", action="store_true", help="skip the onnxruntime CPU score check")
@@ -119,7 +126,7 @@ def build(module: Any, device: str, settings: dict[str, Any]) -> tuple[Any, Any]
     dev = torch.device(device)
     config = ModelRepository([REPOSITORY]).get(MODEL).config_dict
     net = module.network_from_config(REPOSITORY / MODEL / "1" / "model.onnx", dev, config,
-                                     **{k: v for k, v in settings.items() if k in ("layout", "chunk", "fuse")})
+                                     **{k: v for k, v in settings.items() if k in NETWORK_KEYS})
     staging = (module.PinnedStaging(dev) if dev.type == "cuda" and settings.get("staging", "pinned") == "pinned"
                else None)
     return net, staging
@@ -242,21 +249,25 @@ def _collect(procs: list[subprocess.Popen], role: str, workdir: Path, timeout: f
 def saturate(role: str, spec: dict[str, Any], count: int, seconds: float, workdir: Path,
              on_start: Any = None) -> dict[str, Any]:
     """``count`` processes of ``role``, started together once all are ready; events/s of them all."""
-    from .scale import GpuSampler
+    from .scale import CpuSampler, GpuSampler
 
     start_at = time.time() + 14 + 0.3 * count  # time for every process to import, connect and warm up
     procs = _spawn(role, {**spec, "start_at": start_at, "seconds": seconds}, count, workdir)
     while time.time() < start_at:
         time.sleep(0.05)
     before = on_start() if on_start else None
-    with GpuSampler(0.25) as gpu:
+    with GpuSampler(0.25) as gpu, CpuSampler([], 0.25) as cpu:
         results = _collect(procs, role, workdir, timeout=seconds + 120)
     after = on_start() if on_start else None
+    # the host's busy cores over the measured stretch: a GPU left waiting on a saturated host shows here
+    cpu_window = cpu.over(start_at, start_at + seconds)
     rates = [r["events"] / r["seconds"] for r in results]
     latencies = [x for r in results for x in r["latencies"]]
     return {"processes": count, "finished": len(results), "events_per_s": float(sum(rates)),
             "event_latency_median_s": float(np.median(latencies)) if latencies else None,
             "gpu_busy_percent": float(np.mean(gpu.samples[1:-1] or gpu.samples)) if gpu.samples else None,
+            "cpu_busy_cores": cpu_window[1] if cpu_window else None,
+            "gpu_memory_peak_mib": max(gpu.memory_mib) if gpu.memory_mib else None,
             "events": int(sum(r["events"] for r in results)), "stats": (before, after)}
 
 
@@ -344,11 +355,12 @@ def measure_server(label: str, settings: dict[str, Any], args: argparse.Namespac
     from ...framework.inference.server import TritonServer
 
     gpu = args.device.startswith("cuda")
-    parameters = {k: str(settings[k]) for k in ("layout", "fuse", "staging", "chunk") if k in settings}
+    parameters = {k: str(settings[k]) for k in (*NETWORK_KEYS, "staging") if k in settings}
     repo = server_repository(workdir, settings["instances"], settings["max_batch"], parameters,
                              "KIND_GPU" if gpu else "KIND_CPU")
     row: dict[str, Any] = {"label": label, **settings, "points": []}
-    for stage_log in (False, True):
+    # a fresh server for each repeat: how its instances start (memory, kernels chosen) varies run to run
+    for repeat, stage_log in [(r, False) for r in range(args.repeat)] + [(args.repeat, True)]:
         log = workdir / f"stages_{label}.jsonl"
         log.unlink(missing_ok=True)
         server = TritonServer([repo], device="gpu" if gpu else "cpu", python_shm_mb=args.python_shm_mb,
@@ -361,7 +373,7 @@ def measure_server(label: str, settings: dict[str, Any], args: argparse.Namespac
 
             spec = {"repository": str(repo), "url": server.grpc_url, "batch_size": args.batch_size,
                     "events": [str(p) for p in events]}
-            if reference is not None and not stage_log:
+            if reference is not None and not stage_log and repeat == 0:
                 row["score_max_abs_diff"] = served_score_difference(server.grpc_url, repo, np.load(events[0]),
                                                                     args.batch_size, reference)
             for clients in (args.clients if not stage_log else args.clients[:1]):
@@ -432,23 +444,28 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(f"{stages[f'{k}_ms']:.1f}" for k in STAGES)
                      + f" | {stages['total_ms']:.1f} |")
     lines += ["", "## Saturation (events/s of all processes together)", "",
-              "| setting | processes | events/s | GPU busy % | event latency (s, median) | rows per execution | "
-              "queue (ms per request) | input copy | execution | output (ms per event, server) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| setting | processes | events/s | GPU busy % | GPU memory (GiB, peak) | host cores busy | "
+              "event latency (s, median) | rows per execution | queue (ms per request) | input copy | execution | "
+              "output (ms per event, server) |", "|---" * 12 + "|"]
 
     def cell(value: Any, spec: str) -> str:
         return "—" if value is None else format(value, spec)
 
+    def gib(mib: float | None) -> float | None:
+        return None if mib is None else mib / 1024
+
     for name, points in report["direct"].items():
         for p in points:
             lines.append(f"| direct {name} | {p['processes']} | {p['events_per_s']:.1f} | "
-                         f"{cell(p['gpu_busy_percent'], '.0f')} | {cell(p['event_latency_median_s'], '.3f')} "
-                         "| — | — | — | — | — |")
+                         f"{cell(p['gpu_busy_percent'], '.0f')} | {cell(gib(p.get('gpu_memory_peak_mib')), '.1f')} | "
+                         f"{cell(p.get('cpu_busy_cores'), '.1f')} | "
+                         f"{cell(p['event_latency_median_s'], '.3f')} | — | — | — | — | — |")
     for row in report["servers"]:
         for p in row["points"]:
             lines.append(f"| server {row['label']} | {p['processes']} clients | {p['events_per_s']:.1f} | "
-                         f"{cell(p['gpu_busy_percent'], '.0f')} | {cell(p['event_latency_median_s'], '.3f')} | "
-                         f"{p['rows_per_execution']:.0f} | {p['queue_ms_per_request']:.0f} | "
+                         f"{cell(p['gpu_busy_percent'], '.0f')} | {cell(gib(p.get('gpu_memory_peak_mib')), '.1f')} | "
+                         f"{cell(p.get('cpu_busy_cores'), '.1f')} | "
+                         f"{cell(p['event_latency_median_s'], '.3f')} | {p['rows_per_execution']:.0f} | {p['queue_ms_per_request']:.0f} | "
                          f"{p['compute_input_ms_per_event']:.1f} | {p['compute_infer_ms_per_event']:.1f} | "
                          f"{p['compute_output_ms_per_event']:.1f} |")
     staged = [row for row in report["servers"] if row.get("stages")]
@@ -545,7 +562,21 @@ def plot(report: dict[str, Any], out: Path) -> None:
 
 
 # -- the benchmark ----------------------------------------------------------------------------------------
-def parse_servers(items: list[str], max_batch: int) -> dict[str, dict[str, Any]]:
+def best_median(points: list[dict[str, Any]]) -> float:
+    """The best over process counts of the median events/s of each count's repeats."""
+    by_count: dict[int, list[float]] = {}
+    for point in points:
+        by_count.setdefault(point["processes"], []).append(point["events_per_s"])
+    return max((float(np.median(rates)) for rates in by_count.values()), default=0.0)
+
+
+def network_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The entry parameters ``--chunk`` / ``--sync`` override, for direct and served alike."""
+    return {k: v for k, v in (("chunk", args.chunk), ("sync", args.sync)) if v is not None}
+
+
+def parse_servers(items: list[str], max_batch: int, overrides: dict[str, Any] | None = None
+                  ) -> dict[str, dict[str, Any]]:
     settings = {}
     for item in items:
         instances, _, staging = item.partition(":")
@@ -553,14 +584,14 @@ def parse_servers(items: list[str], max_batch: int) -> dict[str, dict[str, Any]]
             raise SystemExit(f"--servers {item!r}: expected INSTANCES:STAGING, STAGING registered, pageable or "
                              "pinned, e.g. 8:registered")
         settings[f"{instances}x {staging}"] = {"instances": int(instances), "staging": staging,
-                                              "max_batch": max_batch}
+                                              "max_batch": max_batch, **(overrides or {})}
     return settings
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    servers = parse_servers(args.servers, args.max_batch)
+    servers = parse_servers(args.servers, args.max_batch, network_overrides(args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="sonic-bench-gpu-"))
@@ -573,7 +604,7 @@ def run(args: argparse.Namespace) -> int:
             event_files.append(workdir / f"event{i}.npy")
         print(f"{len(patches)} events, {np.mean([len(p) for p in patches]):.0f} patches/event", flush=True)
         module = load_network_module()
-        paths = {"optimised": {"staging": "pinned"}}
+        paths = {"optimised": {"staging": "pinned", **network_overrides(args)}}
         if args.baseline:
             paths["baseline"] = dict(BASELINE)
         direct_stage_rows: dict[str, Any] = {}
@@ -593,9 +624,10 @@ def run(args: argparse.Namespace) -> int:
             spec = {"device": args.device, "settings": settings, "events": [str(p) for p in event_files]}
             direct_rows[name] = []
             for count in args.processes:
-                point = saturate("direct", spec, count, args.seconds, workdir)
-                point.pop("stats")
-                direct_rows[name].append(point)
+                for _ in range(args.repeat):
+                    point = saturate("direct", spec, count, args.seconds, workdir)
+                    point.pop("stats")
+                    direct_rows[name].append(point)
                 print(f"direct {name}: {count} processes, {point['events_per_s']:.1f} events/s, "
                       f"GPU {point['gpu_busy_percent'] or 0:.0f} %", flush=True)
         server_rows = []
@@ -617,9 +649,9 @@ def run(args: argparse.Namespace) -> int:
     for what, difference in scores.items():
         if difference > tolerance:
             failures[f"scores {what}"] = f"max |Δ| {difference:.2e} against onnxruntime exceeds {tolerance:g}"
-    best_direct = max((p["events_per_s"] for p in direct_rows.get("optimised", [])), default=0.0)
-    best_server = max((p["events_per_s"] for row in server_rows if not row["label"].startswith("baseline")
-                       for p in row["points"]), default=0.0)
+    best_direct = best_median(direct_rows.get("optimised", []))
+    best_server = max((best_median(row["points"]) for row in server_rows if not row["label"].startswith("baseline")),
+                      default=0.0)
     summary = {"direct_events_per_s_at_saturation": best_direct, "server_events_per_s_at_saturation": best_server,
                "server_over_direct": best_server / best_direct if best_direct else 0.0,
                "server_ms_per_event_at_saturation": 1000 / best_server if best_server else 0.0}

@@ -172,10 +172,12 @@ def model_instances(repository: str) -> int:
 
 # -- measuring ------------------------------------------------------------------------------------------
 class GpuSampler:
-    """GPU utilisation (%) sampled with nvidia-smi every ``period`` s while running; empty without a GPU."""
+    """GPU utilisation (%) and memory in use (MiB, summed over GPUs) sampled with nvidia-smi every
+    ``period`` s while running; empty without a GPU."""
 
     def __init__(self, period: float = 0.5):
         self.samples: list[float] = []
+        self.memory_mib: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
 
@@ -186,9 +188,12 @@ class GpuSampler:
             return
         while not self._stop.wait(period):
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=5).stdout.split()
-                self.samples.append(float(np.mean([float(x) for x in out])))
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                      "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout.splitlines()
+                rows = [[float(x) for x in line.split(",")] for line in out if line.strip()]
+                self.samples.append(float(np.mean([row[0] for row in rows])))
+                self.memory_mib.append(float(sum(row[1] for row in rows)))
             except (OSError, subprocess.SubprocessError, ValueError):
                 return
 
