@@ -65,3 +65,18 @@ def test_the_client_counts_every_byte_of_batched_and_ragged_requests():
         client.close()
     assert counters["demo_mlp"]["bytes_sent"] == x.nbytes
     assert counters["demo_points"]["bytes_sent"] == sum(p.nbytes for p in points) == 3 * 20 * 4
+
+
+def test_direct_jobs_run_as_many_models_at_once_as_they_have_threads(tmp_path):
+    """A two-thread direct job may run two onnxruntime calls at once (it was held to one, which queued a
+    multi-threaded direct job's models behind each other); ``--param`` still has the last word."""
+    import argparse
+
+    from sonic_hep.workflows.bench.miniaod import job_overrides
+
+    args = argparse.Namespace(streams=4, threads=2, param=[])
+    overrides = job_overrides("in.root", "direct", tmp_path, args)
+    assert "services.inference.workers=2" in overrides and "services.inference.mode=direct" in overrides
+    assert "services.inference.mode=sonic" in job_overrides("in.root", "sonic-native", tmp_path, args)
+    args.param = ["services.inference.workers=1"]
+    assert job_overrides("in.root", "direct", tmp_path, args)[-1] == "services.inference.workers=1"

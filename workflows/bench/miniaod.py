@@ -80,13 +80,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="configuration override, as for sonic run (e.g. services.inference.repository=[dir])")
 
 
+def job_overrides(path: str, name: str, out: Path, args: argparse.Namespace) -> list[str]:
+    """The configuration of one mode's job. Direct mode runs as many onnxruntime calls at once as the
+    job has worker threads, as in a CMSSW job where each thread runs its own module's model: fixed at
+    one, a multi-threaded direct job would queue its models behind each other and make SONIC look
+    better than it is. ``--param`` comes last and wins."""
+    mode, _ = MODES[name]
+    return [f"source.files=['{path}']", f"services.inference.mode={mode}", f"options.streams={args.streams}",
+            f"options.threads={args.threads}", "options.progress=false", f"services.inference.workers={args.threads}",
+            f"output.file='{out / f'miniaod_{name}.root'}'", *args.param]
+
+
 def run_mode(config_name: str, path: str, name: str, out: Path, args: argparse.Namespace,
              server: TritonServer | None = None) -> dict[str, Any]:
     """One run of ``name``; ``server`` is the bench's local server for a mode that names a backend."""
-    mode, backend = MODES[name]
-    overrides = [f"source.files=['{path}']", f"services.inference.mode={mode}", f"options.streams={args.streams}",
-                 f"options.threads={args.threads}", "options.progress=false", "services.inference.workers=1",
-                 f"output.file='{out / f'miniaod_{name}.root'}'", *args.param]
+    overrides = job_overrides(path, name, out, args)
     if name == "sonic" and args.server:
         overrides.append("services.inference.servers=[" + ", ".join(f"'{s}'" for s in args.server) + "]")
     if server is not None:
