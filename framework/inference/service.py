@@ -78,6 +78,8 @@ class InferenceConfig:
             return ConfigError(problem.message, key=f"services.inference.{problem.key}")
 
         def prepare(key: str, value: Any, tp: Any) -> Any:
+            if key == "shared_memory" and isinstance(value, bool):  # YAML reads a bare on/off as true/false
+                return "on" if value else "off"
             return [value] if key == "repository" and isinstance(value, str) else value  # one folder as a list
 
         config = build(cls, raw, error=error, prepare=prepare)

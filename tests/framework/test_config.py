@@ -182,6 +182,17 @@ def test_inference_settings_out_of_range(key, value, message):
     assert f"services.inference.{key}: {message}" in str(err.value)
 
 
+@pytest.mark.parametrize("text, expected", [("on", "on"), ("off", "off"), ("'off'", "off"), ("auto", "auto")])
+def test_shared_memory_on_and_off_read_as_yaml_writes_them(text, expected):
+    """``shared_memory: off`` as a physicist types it: YAML makes a bare on/off a boolean, which was refused
+    ("expected str, got bool")."""
+    import yaml
+
+    from sonic_hep.framework.inference.service import InferenceConfig
+
+    assert InferenceConfig.from_dict({"shared_memory": yaml.safe_load(text)}).shared_memory == expected
+
+
 SERVICE = GOOD + "services:\n  inference:\n    repository: [data/models/demo]\n    timeout_s: 5\n"
 
 
