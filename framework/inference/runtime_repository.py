@@ -11,7 +11,9 @@ verifies those MD5 checksums itself (:meth:`ModelInfo.verify_checksums`) and ser
 A model whose checksum is wrong is never served. The original repository is never written.
 
 ``device="cpu"`` (the fallback server, like CMSSW's) turns ``KIND_GPU`` instance groups into
-``KIND_CPU``; ``device="gpu"`` leaves the config as it is (unset kinds then pick the GPU).
+``KIND_CPU``, with at most one instance per core this process may use: a GPU group's count is chosen
+to keep a GPU fed (the ProtoDUNE GPU entry runs 16), and as many CPU instances only compete for the
+cores and multiply the memory. ``device="gpu"`` leaves the config as it is (unset kinds then pick the GPU).
 """
 
 from __future__ import annotations
@@ -25,18 +27,22 @@ from tritonclient.grpc import model_config_pb2 as mc
 from .repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
 
 
-def runtime_config(info: ModelInfo, device: str = "cpu") -> mc.ModelConfig:
-    """The config a server loads for ``info``: no repository agents; instance kinds for ``device``."""
+def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = None) -> mc.ModelConfig:
+    """The config a server loads for ``info``: no repository agents; instance kinds for ``device``
+    (``cores``: the cores a GPU group's count is capped at on the CPU; default: this process's)."""
     config = mc.ModelConfig()
     config.CopyFrom(info.config)
     for rel, value in info.checksums().items():  # kept where clients can compare them (see repository.py)
         config.parameters[CHECKSUM_PARAMETER + "MD5:" + rel].string_value = value
     config.ClearField("model_repository_agents")
     if device == "cpu":
+        cores = cores or len(os.sched_getaffinity(0))
         for group in config.instance_group:
             if group.kind in (mc.ModelInstanceGroup.KIND_GPU, mc.ModelInstanceGroup.KIND_AUTO):
                 group.kind = mc.ModelInstanceGroup.KIND_CPU
                 group.ClearField("gpus")
+                if group.count > cores:
+                    group.count = cores
     return config
 
 

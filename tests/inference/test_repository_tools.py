@@ -26,6 +26,22 @@ def test_runtime_copy_drops_agents_keeps_checksums_and_links_files(tmp_path, dem
     assert (DEMO_REPOSITORY / "demo_mlp" / "config.pbtxt").read_text().count("checksum") == 1  # original untouched
 
 
+def test_a_cpu_server_runs_a_gpu_group_with_at_most_one_instance_per_core():
+    """The ProtoDUNE GPU entry's 16 KIND_GPU instances keep an H100 fed; a CPU (fallback) server serving
+    it gets one per core at most, and a group that asks for fewer keeps its count. A GPU server keeps all."""
+    from pathlib import Path
+
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    project = Path(__file__).resolve().parents[2]
+    info = ModelRepository([project / "data" / "models" / "protodune_gpu"]).get("emtrkmichelid")
+    assert info.config.instance_group[0].count == 16
+    on_cpu = runtime_repository.runtime_config(info, "cpu", cores=2).instance_group[0]
+    assert (on_cpu.count, on_cpu.kind) == (2, mc.ModelInstanceGroup.KIND_CPU)
+    assert runtime_repository.runtime_config(info, "cpu", cores=64).instance_group[0].count == 16
+    assert runtime_repository.runtime_config(info, "gpu").instance_group[0].count == 16
+
+
 def test_a_model_whose_checksum_is_wrong_is_never_served(tmp_path):
     shutil.copytree(DEMO_REPOSITORY / "demo_mlp", tmp_path / "repo" / "demo_mlp")
     (tmp_path / "repo" / "demo_mlp" / "1" / "model.onnx").write_bytes(mlp(seed=99))

@@ -202,3 +202,17 @@ def test_host_waits_are_set_on_the_primary_context_and_failures_reported():
         torch.device("cuda:0"), "spin", Driver(fail="cuDeviceGet"))
     with pytest.raises(ValueError, match="'yield'"):
         module.schedule_host_waits(torch.device("cuda:0"), "yield", Driver())
+
+
+def test_on_a_cpu_the_network_runs_short_passes_whatever_the_gpu_chunk():
+    """The GPU entry's 16384-patch passes would need ~6 GB of float32 activation per pass on a CPU
+    (the fallback server, or direct mode without a GPU): there it runs at most CPU_CHUNK at a time."""
+    from sonic_hep.framework.inference.repository import ModelRepository
+    from sonic_hep.workflows.bench._torch_client import load_model_file
+
+    module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
+    info = ModelRepository([GPU_REPOSITORY]).get("emtrkmichelid")
+    assert info.config_dict["parameters"]["chunk"]["string_value"] == "16384"
+    net = module.network_from_config(info.path / "1" / "model.onnx", "cpu", info.config_dict)
+    assert net.chunk == module.CPU_CHUNK == 1024
+    assert module.network_from_config(info.path / "1" / "model.onnx", "cpu", info.config_dict, chunk=64).chunk == 64

@@ -77,6 +77,8 @@ except ImportError:  # imported outside the Triton stub
 WEIGHTS = ("conv_w", "conv_b", "dense1_w", "dense1_b", "dense2_w", "dense2_b", "em_w", "em_b", "michel_w", "michel_b")
 LAYOUTS = ("nchw", "nhwc")
 STAGINGS = ("registered", "pageable", "pinned")
+# patches per forward pass at most on a CPU (the fallback server), whatever ``chunk`` says for GPUs
+CPU_CHUNK = 1024
 # how a host thread waits for the device: CUDA driver context flags CU_CTX_SCHED_SPIN / _BLOCKING_SYNC
 SYNCS = {"spin": 0x01, "blocking": 0x04}
 
@@ -296,9 +298,11 @@ def network_from_config(path: str | Path, device: torch.device | str, config: di
         if problem:
             print(f"EmTrkMichelId: sync {value('sync', 'blocking')!r} not set ({problem})", flush=True)
     half = device.type == "cuda" and value("precision", "float16") == "float16"
+    chunk = int(value("chunk", "0"))
+    if device.type == "cpu":  # float32 activations: 0.37 MB a patch, and no speed to gain from long passes
+        chunk = min(chunk or CPU_CHUNK, CPU_CHUNK)
     return EmTrkMichelIdTorch.from_onnx(path, device, torch.float16 if half else torch.float32,
-                                        value("layout", "") or None, int(value("chunk", "0")),
-                                        value("fuse", "true").lower() != "false")
+                                        value("layout", "") or None, chunk, value("fuse", "true").lower() != "false")
 
 
 class TritonPythonModel:
