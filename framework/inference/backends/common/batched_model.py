@@ -47,6 +47,16 @@ class BatchedModel:
         """The model file inside a version folder when the config has no ``default_model_filename``."""
         raise NotImplementedError
 
+    @staticmethod
+    def torch_device(args: dict[str, str]) -> str:
+        """Where a torch engine runs this instance: ``cuda:<id>`` for a ``KIND_GPU`` instance in a python
+        whose torch sees CUDA, else ``"cpu"`` (torch is imported here, not by backends without it)."""
+        import torch
+
+        if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
+            return f"cuda:{int(args.get('model_instance_device_id') or 0)}"
+        return "cpu"
+
     def initialize(self, args: dict[str, str]) -> None:
         self.config = json.loads(args["model_config"])
         self.name = self.config["name"]

@@ -28,11 +28,7 @@ class TritonPythonModel(BatchedModel):
         return "model.onnx"
 
     def open(self, path: str, args: dict[str, str]):
-        import torch
-
-        device = "cpu"
-        if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
-            device = f"cuda:{int(args.get('model_instance_device_id') or 0)}"
+        device = self.torch_device(args)
         precision = self.config.get("parameters", {}).get("precision", {}).get("string_value", "float32")
         threads = int(os.environ.get("SONIC_ORT_THREADS", "1")) if device == "cpu" else None
         return open_onnx_torch(path, device, precision, threads)

@@ -33,10 +33,6 @@ class TritonPythonModel(BatchedModel):
         return "model.pt"
 
     def open(self, path: str, args: dict[str, str]):
-        import torch
-
-        device = "cpu"
-        if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
-            device = f"cuda:{int(args.get('model_instance_device_id') or 0)}"
+        device = self.torch_device(args)
         threads = int(os.environ.get("SONIC_ORT_THREADS", "1"))
         return open_torchscript(path, self.config, device, threads)
