@@ -47,7 +47,7 @@ def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = Non
 
 
 def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[str] | None = None,
-            device: str = "cpu") -> list[ModelInfo]:
+            device: str = "cpu", cores: int | None = None) -> list[ModelInfo]:
     """Writes the runtime repository for ``models`` (default: every model) into ``dest``.
 
     Args:
@@ -55,6 +55,8 @@ def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[s
         dest: an empty folder; it becomes the server's ``--model-repository``.
         models: names to serve.
         device: "cpu" or "gpu" (see the module docstring).
+        cores: the cores the server runs on, which cap a GPU group's count on the CPU (default: this
+            process's).
 
     Returns:
         The served models, checksums verified.
@@ -68,7 +70,7 @@ def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[s
     for name in models if models is not None else repository.names():
         info = repository.get(name)
         info.verify_checksums()
-        write_entry(info, dest / name, runtime_config(info, device))
+        write_entry(info, dest / name, runtime_config(info, device, cores))
         served.append(info)
     return served
 

@@ -257,7 +257,7 @@ class TritonServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         repo_dir = self.workdir / "repository"
         shutil.rmtree(repo_dir, ignore_errors=True)
-        served = runtime_repository.prepare(self.repository, repo_dir, self._servable(), self.device)
+        served = self._prepare_repository(repo_dir)
         self.served = [info.name for info in served]
         native = self._native_library(served)
         self.model_backends = {info.name: model_backend(info, native is not None) for info in served}
@@ -290,6 +290,12 @@ class TritonServer:
         log.info("Triton server ready, pid %d, listening on %s; models %s; log %s", self.pid, endpoints,
                  self.served, self.log_path)
         return self
+
+    def _prepare_repository(self, repo_dir: Path) -> list[ModelInfo]:
+        """The runtime repository of the servable models in ``repo_dir`` (runtime_repository.prepare); a
+        server pinned to some cores runs at most one CPU instance of a GPU group per core it has."""
+        return runtime_repository.prepare(self.repository, repo_dir, self._servable(), self.device,
+                                          len(self.cpus) if self.cpus else None)
 
     def _servable(self) -> list[str]:
         """The models to serve: those asked for (default: all) less those this server cannot serve, which

@@ -42,6 +42,20 @@ def test_a_cpu_server_runs_a_gpu_group_with_at_most_one_instance_per_core():
     assert runtime_repository.runtime_config(info, "gpu").instance_group[0].count == 16
 
 
+
+def test_a_cpu_server_pinned_to_some_cores_runs_one_gpu_group_instance_per_pinned_core(tmp_path):
+    """TritonServer(cpus=...) passes its own cores on: the cap is the server's, not the calling process's."""
+    from pathlib import Path
+
+    from sonic_hep.framework.inference.server import TritonServer
+
+    project = Path(__file__).resolve().parents[2]
+    server = TritonServer([project / "data" / "models" / "protodune_gpu"], cpus=[0], workdir=tmp_path)
+    server._prepare_repository(tmp_path / "runtime")  # what start() serves, without starting it
+    config = (tmp_path / "runtime" / "emtrkmichelid" / "config.pbtxt").read_text()
+    assert "count: 1\n" in config and "KIND_CPU" in config
+
+
 def test_a_model_whose_checksum_is_wrong_is_never_served(tmp_path):
     shutil.copytree(DEMO_REPOSITORY / "demo_mlp", tmp_path / "repo" / "demo_mlp")
     (tmp_path / "repo" / "demo_mlp" / "1" / "model.onnx").write_bytes(mlp(seed=99))
