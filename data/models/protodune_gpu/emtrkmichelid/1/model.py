@@ -294,9 +294,10 @@ def network_from_config(path: str | Path, device: torch.device | str, config: di
         return str(overrides[key]) if key in overrides else _parameter(config, key, default)
 
     if device.type == "cuda":
-        problem = schedule_host_waits(device, value("sync", "blocking"))
+        sync = value("sync", "blocking")
+        problem = schedule_host_waits(device, sync)
         if problem:
-            print(f"EmTrkMichelId: sync {value('sync', 'blocking')!r} not set ({problem})", flush=True)
+            print(f"EmTrkMichelId: sync {sync!r} not set ({problem})", flush=True)
     half = device.type == "cuda" and value("precision", "float16") == "float16"
     chunk = int(value("chunk", "0"))
     if device.type == "cpu":  # float32 activations: 0.37 MB a patch, and no speed to gain from long passes
