@@ -5,16 +5,62 @@ Triton's python-backend shared memory private (``private_memory.py``) and the na
 backend (``backends/native/build.py``). Both keep them out of the checkout, in the user's cache
 (``$XDG_CACHE_HOME`` or ``~/.cache``), with a private temp folder as the fallback when that is not
 writable (read-only homes on batch nodes).
+
+Each onnxruntime upgrade or change of the sources makes a new build; :func:`prune` removes the builds
+nobody has used for ``MAX_AGE_DAYS`` (a use marks its entry with :func:`mark_used`), so a user's cache
+does not grow with every upgrade.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: a cached build unused for this long is removed when a new one is made beside it
+MAX_AGE_DAYS = 30.0
 
 
 def library_cache_folders(kind: str) -> list[Path]:
     """Folders for built libraries of ``kind`` ("lib", "native"), in order of preference."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return [Path(base) / "sonic-hep" / kind, Path(tempfile.gettempdir()) / f"sonic-hep-{kind}-{os.getuid()}"]
+
+
+def mark_used(entry: Path) -> None:
+    """Records that a cached build was used now (its modification time), so :func:`prune` keeps it.
+    A cache that is not writable (a read-only home) is simply not marked."""
+    try:
+        os.utime(entry)
+    except OSError:
+        pass
+
+
+def prune(folder: Path, pattern: str, keep: Path, max_age_days: float = MAX_AGE_DAYS) -> list[Path]:
+    """Removes the entries of ``folder`` matching ``pattern``, other than ``keep``, unused for ``max_age_days``.
+
+    Called after a new build, so a cache holds the builds in use plus the newest. Removing a library
+    that a running server has loaded is harmless (the server keeps its mapping); a build in progress
+    works in a fresh folder, which is never old. Returns what was removed; failures are logged, not raised.
+    """
+    cutoff = time.time() - max_age_days * 86400
+    removed = []
+    for entry in folder.glob(pattern):
+        try:
+            if entry == keep or entry.name.startswith(".") or entry.stat().st_mtime >= cutoff:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry)
+        except OSError as err:
+            log.debug("could not remove the old build %s: %s", entry, err)
+    if removed:
+        log.info("removed %d cached build(s) unused for %g days from %s", len(removed), max_age_days, folder)
+    return removed

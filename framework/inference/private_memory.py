@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .library_cache import library_cache_folders
+from .library_cache import library_cache_folders, mark_used, prune
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,7 @@ def preload_library() -> str | None:
     for folder in library_cache_folders("lib"):
         target = folder / f"libsonic_private_shm-{digest}.so"
         if target.is_file():
+            mark_used(target)
             return str(target)
         if compiler is None:
             break
@@ -70,6 +71,7 @@ def preload_library() -> str | None:
                 subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(source), "-ldl"],
                                check=True, capture_output=True, timeout=120)
                 os.replace(partial, target)  # atomic: concurrent builders agree on one file
+            prune(folder, "libsonic_private_shm-*.so", target)
             return str(target)
         except (OSError, subprocess.SubprocessError) as err:
             log.debug("could not build %s: %s", target, err)

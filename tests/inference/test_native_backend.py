@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -468,6 +469,42 @@ def test_cache_reused_and_rebuilt_when_version_or_source_changes(tmp_path, monke
     monkeypatch.setattr(build, "HERE", sources)
     changed = build.native_library()
     assert changed not in (first, newer) and changed.parent.name.startswith(f"ort-{version}-") and len(built) == 3
+
+
+def test_a_new_build_removes_the_builds_nobody_used_for_30_days(tmp_path, monkeypatch):
+    """After a new build, cached builds of other onnxruntime versions or older sources that no server used for
+    30 days are removed; recently used ones, builds in progress and unrelated files stay, and using a cached
+    build marks it as used. (The compiler is a stand-in that writes its output file.)"""
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(build, "cache_folders", lambda: [cache])
+    fake = tmp_path / "fake-cxx"
+    fake.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && echo built > \"$2\"; shift; done\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setattr(build, "check", lambda path: "probe ok")
+    old = time.time() - 40 * 86400
+    entries = {}
+    for name in ("ort-1.18.0-0123456789abcdef", "ort-1.20.0-fedcba9876543210", ".build-abc", "notes.txt"):
+        entry = cache / name
+        if name.endswith(".txt"):
+            cache.mkdir(parents=True, exist_ok=True)
+            entry.write_text("kept")
+        else:
+            (entry / build.LIBRARY_NAME).parent.mkdir(parents=True)
+            (entry / build.LIBRARY_NAME).write_bytes(b"old")
+        os.utime(entry, (old, old))
+        entries[name] = entry
+    recent = cache / "ort-1.21.0-00000000aaaaaaaa"
+    (recent / build.LIBRARY_NAME).parent.mkdir(parents=True)
+    (recent / build.LIBRARY_NAME).write_bytes(b"used last week")
+    os.utime(recent, (time.time() - 7 * 86400,) * 2)
+    built = build.native_library()
+    assert built.read_text().strip() == "built"
+    left = {p.name for p in cache.iterdir()}
+    assert "ort-1.18.0-0123456789abcdef" not in left and "ort-1.20.0-fedcba9876543210" not in left
+    assert {built.parent.name, recent.name, ".build-abc", "notes.txt"} <= left
+    os.utime(built.parent, (old, old))
+    assert build.native_library() == built and built.parent.stat().st_mtime > old + 86400  # marked as used
 
 
 def test_concurrent_builds_never_expose_a_partial_library(tmp_path):

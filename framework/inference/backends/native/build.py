@@ -17,6 +17,8 @@ compiler against the onnxruntime the server's python imports: ``onnxruntime/capi
 * cached per onnxruntime version and library path, source hash and architecture, in
   ``$XDG_CACHE_HOME/sonic-hep/native`` (default ``~/.cache``; a private temp folder when that is not
   writable), never inside the checkout;
+* builds unused for 30 days (other onnxruntime versions, older sources) are removed when a new one is
+  made (``library_cache.prune``);
 * built atomically: each builder compiles in a folder of its own, checks the result by loading it in a
   fresh process (``sonic_native_probe``: opens onnxruntime through the same function table and checks the
   answers of a few calls), then renames it into place, so concurrent jobs and servers never see a
@@ -40,7 +42,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ...library_cache import library_cache_folders
+from ...library_cache import library_cache_folders, mark_used, prune
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,7 @@ def native_library(python: Any = None) -> Path:
     with _lock:
         for folder in cache_folders():
             if (folder / key / LIBRARY_NAME).is_file():
+                mark_used(folder / key)
                 return folder / key / LIBRARY_NAME
         memo = (key, tuple(cache_folders()), os.environ.get("CXX"))
         if memo not in _built:  # a failed build is not retried by every server this process starts
@@ -175,6 +178,7 @@ def _build(library: Path, key: str) -> Path:
                 check(partial)
                 os.replace(partial, target)  # atomic: other builders and readers see the whole file or none
             log.info("built the native onnxruntime backend %s (onnxruntime library %s)", target, library)
+            prune(folder, "ort-*", target.parent)  # builds for other onnxruntimes or older sources, unused
             return target
         except OSError as err:
             problems.append(f"{folder}: {err}")
