@@ -471,6 +471,27 @@ def test_cache_reused_and_rebuilt_when_version_or_source_changes(tmp_path, monke
     assert changed not in (first, newer) and changed.parent.name.startswith(f"ort-{version}-") and len(built) == 3
 
 
+def test_cuda_sessions_of_direct_and_python_served_models_compute_in_full_fp32(monkeypatch):
+    """Direct inference and the python-based backend open sessions through ``open_session``; on CUDA it turns
+    TF32 off, as the native backend does (TF32 moved ParticleNet's GPU scores by up to 5e-2 from the CPU's).
+    An option the caller set wins, and providers other than CUDA pass unchanged. (No GPU here: the session
+    is a stand-in that records its providers; the GPU run is in workflows/bench/results/native-cuda.)"""
+    from sonic_hep.framework.inference.backends.onnxruntime import ort_session
+
+    seen = []
+    monkeypatch.setattr(ort_session.ort, "__version__", "1.22.0")
+    monkeypatch.setattr(ort_session.ort, "InferenceSession", lambda path, options, providers: seen.append(providers))
+    ort_session.open_session("m.onnx", {}, ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    ort_session.open_session("m.onnx", {}, [("CUDAExecutionProvider", {"device_id": 1}), "CPUExecutionProvider"])
+    ort_session.open_session("m.onnx", {}, [("CUDAExecutionProvider", {"use_tf32": "1"})])
+    assert seen == [[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"],
+                    [("CUDAExecutionProvider", {"device_id": 1, "use_tf32": "0"}), "CPUExecutionProvider"],
+                    [("CUDAExecutionProvider", {"use_tf32": "1"})]]
+    monkeypatch.setattr(ort_session.ort, "__version__", "1.17.3")  # an onnxruntime that does not know the option
+    ort_session.open_session("m.onnx", {}, ["CUDAExecutionProvider"])
+    assert seen[-1] == ["CUDAExecutionProvider"]
+
+
 def test_a_new_build_removes_the_builds_nobody_used_for_30_days(tmp_path, monkeypatch):
     """After a new build, cached builds of other onnxruntime versions or older sources that no server used for
     30 days are removed; recently used ones, builds in progress and unrelated files stay, and using a cached
@@ -570,3 +591,23 @@ def test_cli_start_backend_and_status_column(tmp_path):
     bad = subprocess.run([*cmd, "start", "-r", str(SHIPPED[0]), "--backend", "fast"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "invalid choice: 'fast'" in bad.stderr
+
+
+@pytest.mark.triton
+def test_the_gpu_check_runs_without_a_gpu_and_refuses_to_pass_for_one(tmp_path):
+    """``workflows/bench/native_gpu.py`` (the check run on a GPU machine, results in
+    workflows/bench/results/native-cuda) run with ``--cpu-only``: both entries of each model served, every
+    answer compared and recorded; with ``--expect-cuda`` on a machine whose instances are not on CUDA it fails."""
+    command = [sys.executable, "-m", "sonic_hep.workflows.bench.native_gpu", str(tmp_path / "out"),
+               "--models", "demo_mlp,miniaod_particlenet_ak4", "--requests", "3", "--cpu-only"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["models"]) == {"demo_mlp", "miniaod_particlenet_ak4"}
+    for entry in results["models"].values():
+        assert entry["requests"] == 3
+        for key in ("native_gpu_vs_cpu", "native_cpu_vs_cpu"):
+            assert entry[key] and all(worst[0] <= 1e-5 for worst in entry[key].values())
+    refused = subprocess.run(command[:3] + [str(tmp_path / "again")] + command[4:] + ["--expect-cuda"],
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "not every KIND_GPU instance runs on CUDA" in refused.stderr

@@ -5,8 +5,8 @@
 // function used, its position in the table, its name and its type. Asking for API version
 // kOrtRequestedApi (onnxruntime 1.16) lets one build run on every later onnxruntime. The positions are
 // checked when the library is built (sonic_native_probe in backend.cc calls the cheap ones and checks their
-// answers: all but CreateEnv, CreateSession, Run, the session/tensor queries and the CUDA append) and by the
-// parity tests, which run every shipped model through the rest (the CUDA append only runs on a GPU).
+// answers: all but CreateSession, Run, the session/tensor queries and the CUDA append) and by the parity
+// tests, which run every shipped model through the rest (the CUDA append only runs on a GPU, with onnxruntime-gpu).
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,10 @@ bit-equal. The settings follow the official Triton onnxruntime backend:
 * ``optimization { graph { level: L } }``: -1 basic, 1 extended, otherwise (0, unset) all optimizations;
 * ``parameters { key: "intra_op_thread_count" value { string_value: "N" } }`` (and ``inter_op_thread_count``).
 
+On CUDA, TF32 is off (``use_tf32=0``), as in the native backend and the torch backends: onnxruntime's
+default TF32 matrix products and convolutions move ParticleNet and DeepMET outputs by up to 5e-2 from the
+CPU's, far outside the tolerance between modes.
+
 This file must import nothing from sonic-hep: it also runs inside the Triton python stub, whose
 interpreter may not have sonic-hep installed (e.g. the GPU machine's system python).
 """
@@ -46,7 +50,27 @@ def session_options(config: Mapping[str, Any], intra_op_threads: int = 1, inter_
     return options
 
 
+#: the first onnxruntime whose CUDA provider knows ``use_tf32`` (older ones refuse unknown options)
+TF32_OPTION_SINCE = (1, 18)
+
+
+def full_precision(providers: list[Any]) -> list[Any]:
+    """``providers`` with TF32 turned off for CUDA (an option the caller set itself wins)."""
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < TF32_OPTION_SINCE:
+        return list(providers)
+    out: list[Any] = []
+    for provider in providers:
+        name, options = (provider, {}) if isinstance(provider, str) else (provider[0], dict(provider[1]))
+        if name != "CUDAExecutionProvider":
+            out.append(provider)
+            continue
+        options.setdefault("use_tf32", "0")
+        out.append((name, options))
+    return out
+
+
 def open_session(path: str, config: Mapping[str, Any], providers: list[Any], intra_op_threads: int = 1,
                  inter_op_threads: int = 1) -> ort.InferenceSession:
     """An ``InferenceSession`` for the ONNX file ``path`` with the settings of its Triton ``config``."""
-    return ort.InferenceSession(path, session_options(config, intra_op_threads, inter_op_threads), providers=providers)
+    return ort.InferenceSession(path, session_options(config, intra_op_threads, inter_op_threads),
+                                providers=full_precision(providers))
