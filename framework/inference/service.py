@@ -25,6 +25,7 @@
         breaker_max_backoff_s: 30    # the longest back-off
         compression: none            # none | gzip | deflate
         shared_memory: auto          # auto (local servers, requests of 16 KiB or more) | on | off
+        transport: auto              # auto | native (compiled, on libnghttp2) | grpcio: what carries requests
         model_versions: {}           # model: version to pin (default: the server's choice)
 
 Module code is the same in both modes; only this section (or ``--inference``) changes.
@@ -68,6 +69,7 @@ class InferenceConfig:
     breaker_max_backoff_s: float = field(default=30.0, metadata=limits(positive="seconds"))
     compression: str = field(default="none", metadata=limits(choices=("none", "gzip", "deflate")))
     shared_memory: str = field(default="auto", metadata=limits(choices=("auto", "on", "off")))
+    transport: str = field(default="auto", metadata=limits(choices=("auto", "native", "grpcio")))
     model_versions: dict[str, int] = field(default_factory=dict)
 
     @classmethod

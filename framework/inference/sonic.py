@@ -108,7 +108,8 @@ class SonicClient(InferenceClient):
         pool = ServerPool(specs, repository=repository, fallback=config.fallback,
                           fallback_options=dict(config.fallback_server or {}),
                           connection_options={"timeout_s": config.timeout_s, "compression": config.compression,
-                                              "model_versions": config.model_versions},
+                                              "model_versions": config.model_versions,
+                                              "transport": config.transport},
                           shared_memory=config.shared_memory,
                           breaker=breaker)
         return cls(pool, allowed_tries=config.allowed_tries)

@@ -37,6 +37,10 @@ def server(repository, tmp_path_factory):
         yield server
 
 
+#: both transports of the data plane (the native one is built here: the test machine has g++ and libnghttp2)
+TRANSPORTS = ["native", "grpcio"]
+
+
 def x(rows: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((rows, 16)).astype(np.float32)
 
@@ -46,13 +50,18 @@ def requests_of(connection: ServerConnection, model: str) -> int:
 
 
 @pytest.mark.triton
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("shared_memory", ["off", "on"])
-def test_every_request_is_answered_while_workers_come_and_go(server, repository, shared_memory, monkeypatch):
-    """Workers that leave as soon as they are idle, 8 sending threads: no request is left in the queue
-    with nobody to take it, and every answer is the one of its own input (equal to direct)."""
+def test_every_request_is_answered_while_workers_come_and_go(server, repository, shared_memory, transport,
+                                                             monkeypatch):
+    """8 sending threads, 480 requests of 1 to 5 rows: every answer is the one of its own input (equal to
+    direct). On grpcio, workers leave as soon as they are idle, and no request is left in the queue with
+    nobody to take it; on the native transport, the answers of many calls come back in batches."""
     monkeypatch.setattr(connection_module, "WORKER_IDLE_S", 0.001)
     direct = DirectClient(ModelRepository([repository]))
-    connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=30, shared_memory=shared_memory)
+    connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=30, shared_memory=shared_memory,
+                                  transport=transport)
+    assert connection.transport == transport
     try:
         info = connection.model_info("demo_mlp")
         sent: list[tuple[np.ndarray, Future]] = []
@@ -85,7 +94,7 @@ def test_a_request_whose_deadline_passes_in_the_queue_is_never_sent(server, monk
     """With one worker busy on a slow call, a request queued behind it fails at its deadline and never
     reaches the server (a server far behind gets no work nobody waits for); the slow call still ends."""
     monkeypatch.setattr(connection_module, "MAX_WORKERS", 1)
-    connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=0.3)
+    connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=0.3, transport="grpcio")
     try:
         slow, mlp = connection.model_info("slow"), connection.model_info("demo_mlp")
         before = requests_of(connection, "demo_mlp")
@@ -107,10 +116,11 @@ def test_a_request_whose_deadline_passes_in_the_queue_is_never_sent(server, monk
 
 
 @pytest.mark.triton
-def test_errors_of_the_call_become_request_errors_with_their_status(server):
-    """gRPC's own errors (not tritonclient's) cross the one boundary in ``triton_errors.py`` with the
-    status, Triton's message and the action of the policy table."""
-    connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=30)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_errors_of_the_call_become_request_errors_with_their_status(server, transport):
+    """The errors of a call (gRPC's own on grpcio, the trailers' status on the native transport) cross the
+    one boundary in ``triton_errors.py`` with the status, Triton's message and the action of the policy table."""
+    connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=30, transport=transport)
     try:
         info = connection.model_info("demo_mlp")
         with pytest.raises(RequestError) as wrong:
@@ -124,7 +134,8 @@ def test_errors_of_the_call_become_request_errors_with_their_status(server):
         assert unknown.value.action == "failover" and "no_such_model" in str(unknown.value)
     finally:
         connection.close()
-    closed = ServerConnection(ServerSpec(f"127.0.0.1:{free_port()}"), timeout_s=30)  # nobody listens there
+    closed = ServerConnection(ServerSpec(f"127.0.0.1:{free_port()}"), timeout_s=30,  # nobody listens there
+                              transport=transport)
     try:
         with pytest.raises(RequestError) as refused:
             closed.send(info, {"x": x(1, seed=3)}, ["probs"]).result(60)
@@ -178,7 +189,7 @@ def test_close_fails_the_requests_still_queued_and_never_sends_them(monkeypatch)
     """One worker held by a call that does not end within the grace: the request queued behind it fails
     (CANCELLED, retried elsewhere by the client) when the connection closes, and is never sent."""
     monkeypatch.setattr(connection_module, "MAX_WORKERS", 1)
-    connection = ServerConnection(ServerSpec(f"127.0.0.1:{free_port()}"), timeout_s=30)
+    connection = ServerConnection(ServerSpec(f"127.0.0.1:{free_port()}"), timeout_s=30, transport="grpcio")
     sent: list[str] = []
     release = threading.Event()
 

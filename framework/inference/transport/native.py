@@ -1,0 +1,248 @@
+"""gRPC calls to Triton without Python's gRPC stack: ``grpc_h2.cc`` on libnghttp2, driven through ctypes.
+
+Why it exists: on the cores a job shares with a local server, what SONIC costs over direct inference is
+the client's CPU around each call, and in a Python job that CPU is mostly time holding the interpreter
+lock (a worker thread woken per call, gRPC's Python wrappers, the lock taken back after the call), which
+the job's own modules wait for. Here an I/O thread in C++ writes the requests and reads the answers, and
+the answers reach Python in batches on one thread per connection. Python builds the request message and
+reads the answer, nothing else. :class:`~..connection.ServerConnection` uses it for every server it
+reaches in clear text (TLS and gRPC compression go through ``grpcio``).
+
+* built on first use with the system C++ compiler against the installed ``libnghttp2.so.14`` (Debian's
+  ``libnghttp2-14``, which ``nghttp2-client`` and curl pull in), cached per source hash and architecture
+  in ``~/.cache/sonic-hep/transport`` like the native backend (``library_cache``), checked by loading it
+  in a fresh process before it is cached;
+* no compiler or no library: :func:`transport_library` raises :class:`TransportUnavailable` with one line,
+  and connections use ``grpcio`` (``transport: auto``; ``transport: native`` is then an error);
+* calls are never cancelled (a Triton 2.51 server can crash when clients cancel): a call ends when the
+  server answers or the connection ends, which fails every open call with UNAVAILABLE and the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from ..library_cache import library_cache_folders, mark_used, prune
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+SOURCES = ("grpc_h2.cc", "nghttp2_api.h")
+LIBRARY = "libnghttp2.so.14"
+FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-static-libstdc++", "-static-libgcc",
+         "-Wl,--exclude-libs,ALL", "-pthread")
+_lock = threading.Lock()
+_built: dict[str, Path | TransportUnavailable] = {}
+
+#: gRPC's status codes by number (what the server puts in ``grpc-status``)
+STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+                "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+
+
+class TransportUnavailable(Exception):
+    """The compiled transport cannot be built or loaded here; the message says why in one line."""
+
+
+def status_name(code: int) -> str:
+    """``"UNAVAILABLE"`` for 14; ``"UNKNOWN"`` for a number gRPC does not define."""
+    return STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else "UNKNOWN"
+
+
+def build_key() -> str:
+    """The cache entry's name: a hash of the sources, flags and architecture."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((HERE / name).read_bytes())
+    digest.update("\0".join([*FLAGS, LIBRARY, platform.machine()]).encode())
+    return f"grpc-h2-{digest.hexdigest()[:16]}"
+
+
+def transport_library() -> Path:
+    """The compiled transport, built on first use (once per process; a failure is not retried).
+
+    Raises:
+        TransportUnavailable: no C++ compiler, no libnghttp2, or the build or its check failed.
+    """
+    key = build_key()
+    with _lock:
+        for folder in library_cache_folders("transport"):
+            if (folder / key / "libsonic_grpc_h2.so").is_file():
+                mark_used(folder / key)
+                return folder / key / "libsonic_grpc_h2.so"
+        if key not in _built:
+            try:
+                _built[key] = _build(key)
+            except TransportUnavailable as err:
+                _built[key] = err
+        result = _built[key]
+    if isinstance(result, TransportUnavailable):
+        raise result
+    return result
+
+
+def _build(key: str) -> Path:
+    from ..backends.native.build import NativeUnavailable, compiler
+
+    try:
+        cxx = compiler()
+    except NativeUnavailable as err:
+        raise TransportUnavailable(str(err)) from None
+    problems = []
+    for folder in library_cache_folders("transport"):
+        target = folder / key / "libsonic_grpc_h2.so"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
+                partial = Path(work) / target.name
+                command = [cxx, *FLAGS, str(HERE / "grpc_h2.cc"), "-o", str(partial), f"-l:{LIBRARY}"]
+                done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+                if done.returncode != 0:
+                    if LIBRARY in done.stderr:
+                        raise TransportUnavailable(f"no {LIBRARY} to link the compiled transport against "
+                                                   "(apt-get install libnghttp2-14)")
+                    first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
+                    raise TransportUnavailable(f"{Path(cxx).name} failed to compile grpc_h2.cc: {first[:300]}")
+                check(partial)
+                os.replace(partial, target)  # atomic: concurrent builders and readers see the whole file or none
+            log.info("built the compiled gRPC transport %s", target)
+            prune(folder, "grpc-h2-*", target.parent)
+            return target
+        except OSError as err:
+            problems.append(f"{folder}: {err}")
+        except subprocess.TimeoutExpired:
+            raise TransportUnavailable(f"{Path(cxx).name} took more than 300 s to compile grpc_h2.cc") from None
+    raise TransportUnavailable(f"cannot write the compiled transport to any cache folder ({'; '.join(problems)})")
+
+
+def check(path: Path) -> None:
+    """Loads ``path`` in a fresh process (a library that does not load is never cached)."""
+    script = "import ctypes, sys; sys.exit(0 if ctypes.CDLL(sys.argv[1]).sgt_version() == 1 else 3)"
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TransportUnavailable(f"cannot check {path.name}: {err}") from None
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise TransportUnavailable(f"the built {path.name} does not load: {why[0]}")
+
+
+class _Api:
+    """The library's functions: sending and reading results keep the interpreter lock (they take
+    microseconds and must not let another thread in between); opening, waiting and freeing let it go."""
+
+    def __init__(self, path: Path):
+        free, held = ctypes.CDLL(str(path)), ctypes.PyDLL(str(path))
+        self.open = free.sgt_open
+        self.open.restype = ctypes.c_void_p
+        self.open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
+                              ctypes.c_char_p, ctypes.c_size_t]
+        self.send = held.sgt_send
+        self.send.restype = ctypes.c_int
+        self.send.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+        self.wait = free.sgt_wait
+        self.wait.restype = ctypes.c_int
+        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        self.result = held.sgt_result
+        self.result.restype = ctypes.c_int
+        self.result.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
+                                ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_char_p)]
+        self.close = held.sgt_close
+        self.close.argtypes = [ctypes.c_void_p]
+        self.free = free.sgt_free
+        self.free.argtypes = [ctypes.c_void_p]
+
+
+_api: _Api | None = None
+
+
+def api() -> _Api:
+    """The loaded library (built on first use). Raises :class:`TransportUnavailable`."""
+    global _api
+    if _api is None:
+        path = transport_library()
+        with _lock:
+            if _api is None:
+                _api = _Api(path)
+    return _api
+
+
+#: ``on_done(tag, status name, status message, answer message bytes)``
+OnDone = Callable[[int, str, str, bytes], None]
+
+
+class NativeChannel:
+    """One HTTP/2 connection to a server's gRPC port, for ``ModelInfer`` calls.
+
+    ``send`` queues a call and returns at once; ``on_done`` runs for each finished call on the channel's
+    completion thread (one per channel, which waits in C without the interpreter lock). When the
+    connection ends (``close``, or the server dropped it) every open call finishes with UNAVAILABLE, and
+    ``send`` returns False: the owner opens a new channel.
+
+    Raises:
+        ConnectionError: the server could not be reached (one line, with the address and the reason).
+    """
+
+    PATH = b"/inference.GRPCInferenceService/ModelInfer"
+
+    def __init__(self, host: str, port: int, on_done: OnDone, connect_timeout_s: float = 5.0):
+        self._api = api()
+        self.authority = f"{host}:{port}"
+        error = ctypes.create_string_buffer(512)
+        handle = self._api.open(host.strip("[]").encode(), port, self.authority.encode(), self.PATH,
+                                int(connect_timeout_s * 1000), error, len(error))
+        if not handle:
+            raise ConnectionError(error.value.decode(errors="replace"))
+        self._handle: int | None = handle
+        self._lock = threading.Lock()  # send vs. the end of the connection (after which the handle is freed)
+        self._on_done = on_done
+        self._thread = threading.Thread(target=self._complete, name=f"sonic-h2-{self.authority}", daemon=True)
+        self._thread.start()
+
+    def send(self, tag: int, message: bytes) -> bool:
+        """Queues one call; False when the connection has ended (nothing was sent)."""
+        with self._lock:
+            return self._handle is not None and self._api.send(self._handle, tag, message, len(message)) == 0
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Ends the connection: open calls finish with UNAVAILABLE (their ``on_done`` runs); waits for that."""
+        with self._lock:
+            if self._handle is not None:
+                self._api.close(self._handle)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(wait_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._handle is not None and self._thread.is_alive()
+
+    def _complete(self) -> None:
+        handle = self._handle
+        tag, status = ctypes.c_uint64(), ctypes.c_int()
+        body, length, message = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_char_p()
+        while True:
+            count = self._api.wait(handle, 1000)
+            if count < 0:
+                break
+            for index in range(count):
+                self._api.result(handle, index, tag, status, body, length, message)
+                data = ctypes.string_at(body.value, length.value) if length.value else b""
+                text = (message.value or b"").decode(errors="replace")
+                try:
+                    self._on_done(tag.value, status_name(status.value), text, data)
+                except Exception:  # noqa: BLE001 - this thread finishes every call of the channel: it must not die
+                    log.exception("handling the answer of call %d on %s", tag.value, self.authority)
+        with self._lock:
+            self._handle = None
+        self._api.free(handle)
