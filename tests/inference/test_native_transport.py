@@ -135,3 +135,34 @@ def test_statuses_are_named_as_grpc_names_them():
     assert [native.status_name(code) for code in (0, 3, 4, 5, 13, 14, 16, 99)] == [
         "OK", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL", "UNAVAILABLE", "UNAUTHENTICATED",
         "UNKNOWN"]
+
+
+@pytest.mark.triton
+def test_a_forked_child_opens_its_own_connection_and_the_parent_keeps_its_own(tmp_path):
+    """A connection used before ``fork``: the child's requests are answered on a connection of its own (the
+    parent's I/O thread does not exist in the child, whose copy of the channel is therefore not alive), and the
+    parent's connection still works afterwards."""
+    import multiprocessing
+
+    write_slow_model(tmp_path / "repo")
+    with TritonServer([tmp_path / "repo"], workdir=tmp_path / "server") as server:
+        connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=30, transport="native")
+        try:
+            info = connection.model_info("slow")
+            ask = {"delay_ms": np.full((1, 1), 2.0, np.float32)}
+            assert connection.send(info, ask, ["echo"]).result(30)["echo"][0, 0] == 2.0
+            queue = multiprocessing.get_context("fork").Queue()
+
+            def child() -> None:
+                try:
+                    queue.put(float(connection.send(info, ask, ["echo"]).result(20)["echo"][0, 0]))
+                except Exception as err:  # noqa: BLE001 - reported to the parent
+                    queue.put(repr(err))
+
+            process = multiprocessing.get_context("fork").Process(target=child)
+            process.start()
+            process.join(60)
+            assert queue.get(timeout=5) == 2.0
+            assert connection.send(info, ask, ["echo"]).result(30)["echo"][0, 0] == 2.0
+        finally:
+            connection.close()
