@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -64,3 +65,30 @@ def prune(folder: Path, pattern: str, keep: Path, max_age_days: float = MAX_AGE_
     if removed:
         log.info("removed %d cached build(s) unused for %g days from %s", len(removed), max_age_days, folder)
     return removed
+
+
+def build_cached(folders: list[Path], key: str, filename: str, pattern: str, make: Callable[[Path], None]) -> Path:
+    """Builds ``<folder>/<key>/<filename>`` in the first of ``folders`` that can be written, and returns it.
+
+    ``make(partial)`` compiles (and checks) the file at ``partial``, in a temp folder of the builder's own; it is
+    then renamed into place, so concurrent builders and readers see the whole file or none, and a file that
+    failed its check is never cached. The folder's other builds (``pattern``) unused for ``MAX_AGE_DAYS`` are
+    then pruned. What ``make`` raises passes through, except OSError.
+
+    Raises:
+        OSError: no folder could be written (the problems of each, joined).
+    """
+    problems = []
+    for folder in folders:
+        target = folder / key / filename
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
+                partial = Path(work) / filename
+                make(partial)
+                os.replace(partial, target)
+            prune(folder, pattern, target.parent)
+            return target
+        except OSError as err:
+            problems.append(f"{folder}: {err}")
+    raise OSError("; ".join(problems))

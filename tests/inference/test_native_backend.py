@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.errors import ConfigError, InferenceError
 from sonic_hep.framework.inference.backends.native import build
 from sonic_hep.framework.inference.backends.onnxruntime.ort_session import open_session
+from sonic_hep.framework.inference.runtime_repository import write_entry
+from sonic_hep.workflows.bench._fuzz import infer_arrays
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.service import InferenceConfig
@@ -63,11 +64,6 @@ CMS_NAMES = {p.name for p in CMS.iterdir()} if CMS.is_dir() else {"particlenet_A
 def write_form(info: ModelInfo, dest: Path, name: str, batching: bool | None, instances: int | None,
                hold_us: int = 0) -> None:
     """``info`` as model ``name`` in ``dest``: its files linked, its config with the batching and instances asked."""
-    folder = dest / name
-    folder.mkdir(parents=True)
-    for entry in info.path.iterdir():
-        if entry.name != "config.pbtxt":
-            (folder / entry.name).symlink_to(entry.resolve())
     config = mc.ModelConfig()
     config.CopyFrom(info.config)
     config.name = name
@@ -79,7 +75,7 @@ def write_form(info: ModelInfo, dest: Path, name: str, batching: bool | None, in
     if instances is not None:
         del config.instance_group[:]
         config.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
-    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+    write_entry(info, dest / name, config)
 
 
 def write_types_model(dest: Path) -> None:
@@ -169,13 +165,7 @@ def request_inputs(info: ModelInfo, rng: np.random.Generator, rows: int, size: i
 def infer(url: str, model: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
     client = grpcclient.InferenceServerClient(url)
     try:
-        tensors = []
-        for name, array in arrays.items():
-            tensor = grpcclient.InferInput(name, list(array.shape), grpcclient.np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(np.ascontiguousarray(array))
-            tensors.append(tensor)
-        result = client.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
-        return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}  # all the server sent
+        return infer_arrays(client, model, arrays, outputs)  # every output the server sent
     finally:
         client.close()
 

@@ -161,6 +161,21 @@ def served_models(url: str, tries: int = 8) -> list[ModelSpec]:
         client.close()
 
 
+def infer_arrays(client: Any, model: str, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    """One request of ``arrays`` through ``tritonclient`` (a ``tritonclient.grpc`` client, not the project's:
+    what is checked is the server alone); every output the server sent, ``outputs`` among them."""
+    import tritonclient.grpc as grpcclient
+
+    tensors = []
+    for name, array in arrays.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), grpcclient.np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(np.ascontiguousarray(array))
+        tensors.append(tensor)
+    result = client.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs],
+                          client_timeout=CONTROL_TIMEOUT_S)
+    return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
+
+
 def infer_valid(client: Any, spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     """The outputs of the valid request of ``seed`` (``client``: a ``tritonclient.grpc`` client)."""
     import tritonclient.grpc as grpcclient

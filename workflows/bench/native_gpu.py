@@ -27,14 +27,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.inference.backends.native import build
 from sonic_hep.framework.inference.backends.onnxruntime.ort_session import open_session
 from sonic_hep.framework.inference.repository import ModelRepository
+from sonic_hep.framework.inference.runtime_repository import write_entry
 from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.workflows.bench._fuzz import ModelSpec, valid_inputs
+from sonic_hep.workflows.bench._fuzz import ModelSpec, infer_arrays, valid_inputs
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: the project's model repositories with ONNX models
@@ -51,22 +51,15 @@ def gpu_apps() -> str:
 
 
 def write_form(info, dest: Path, name: str, kind, cpu_only: bool = False) -> None:
-    """A copy of the model's entry as ``name`` with one instance of ``kind`` (files linked, config rewritten)."""
-    folder = dest / name
-    folder.mkdir(parents=True)
-    for entry in info.path.iterdir():
-        if entry.name != "config.pbtxt":
-            (folder / entry.name).symlink_to(entry.resolve())
+    """``info`` as model ``name`` in ``dest`` with one instance of ``kind`` on GPU 0 (its files linked)."""
     config = mc.ModelConfig()
     config.CopyFrom(info.config)
     config.name = name
     del config.instance_group[:]
-    group = config.instance_group.add(count=1, kind=kind)
-    if cpu_only:
-        group.kind = mc.ModelInstanceGroup.KIND_CPU
-    elif kind == mc.ModelInstanceGroup.KIND_GPU:
+    group = config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU if cpu_only else kind)
+    if group.kind == mc.ModelInstanceGroup.KIND_GPU:
         group.gpus.append(0)
-    (folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+    write_entry(info, dest / name, config)
 
 
 def inputs_for(info, rng, rows: int, size: int) -> dict[str, np.ndarray]:
@@ -87,17 +80,6 @@ def inputs_for(info, rng, rows: int, size: int) -> dict[str, np.ndarray]:
             mask[..., : max(1, size * 2 // 3)] = 1
             arrays[t.name] = mask
     return arrays
-
-
-def infer(client, model: str, arrays: dict, outputs: list[str]) -> dict[str, np.ndarray]:
-    """One request through tritonclient (not the project's client: this checks the server alone)."""
-    tensors = []
-    for name, array in arrays.items():
-        tensor = grpcclient.InferInput(name, list(array.shape), grpcclient.np_to_triton_dtype(array.dtype))
-        tensor.set_data_from_numpy(np.ascontiguousarray(array))
-        tensors.append(tensor)
-    result = client.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
-    return {o: result.as_numpy(o) for o in outputs}
 
 
 def diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
@@ -166,8 +148,8 @@ def main() -> None:
                 rows = min(rows, info.max_batch_size) if info.max_batch_size > 0 else 1
                 arrays = inputs_for(info, rng, rows, [20, 17, 19, 18][k % 4])
                 expected = dict(zip(outputs, cpu.run(outputs, arrays)))
-                answers = {"native_gpu_vs_cpu": infer(client, name + "__gpu", arrays, outputs),
-                           "native_cpu_vs_cpu": infer(client, name + "__cpu", arrays, outputs)}
+                answers = {"native_gpu_vs_cpu": infer_arrays(client, name + "__gpu", arrays, outputs),
+                           "native_cpu_vs_cpu": infer_arrays(client, name + "__cpu", arrays, outputs)}
                 if gpu is not None:
                     answers["python_cuda_vs_cpu"] = dict(zip(outputs, gpu.run(outputs, arrays)))
                 for key, answer in answers.items():
@@ -186,11 +168,11 @@ def main() -> None:
             rows = min(info.max_batch_size, 256) if info.max_batch_size > 0 else 1
             arrays = inputs_for(info, rng, rows, 20)
             for form in ("gpu", "cpu"):
-                infer(client, f"{name}__{form}", arrays, outputs)
+                infer_arrays(client, f"{name}__{form}", arrays, outputs)
                 times = []
                 for _ in range(5):
                     t = time.perf_counter()
-                    infer(client, f"{name}__{form}", arrays, outputs)
+                    infer_arrays(client, f"{name}__{form}", arrays, outputs)
                     times.append(time.perf_counter() - t)
                 entry[f"latency_ms_{form}_rows{rows}"] = round(1e3 * float(np.median(times)), 2)
             results[name] = entry

@@ -23,16 +23,14 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import os
 import platform
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..library_cache import library_cache_folders, mark_used, prune
+from ..library_cache import build_cached, library_cache_folders, mark_used
 
 log = logging.getLogger(__name__)
 
@@ -98,31 +96,27 @@ def _build(key: str) -> Path:
         cxx = compiler()
     except NativeUnavailable as err:
         raise TransportUnavailable(str(err)) from None
-    problems = []
-    for folder in library_cache_folders("transport"):
-        target = folder / key / "libsonic_grpc_h2.so"
+
+    def make(partial: Path) -> None:
+        command = [cxx, *FLAGS, str(HERE / "grpc_h2.cc"), "-o", str(partial), f"-l:{LIBRARY}"]
         try:
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
-                partial = Path(work) / target.name
-                command = [cxx, *FLAGS, str(HERE / "grpc_h2.cc"), "-o", str(partial), f"-l:{LIBRARY}"]
-                done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-                if done.returncode != 0:
-                    if LIBRARY in done.stderr:
-                        raise TransportUnavailable(f"no {LIBRARY} to link the compiled transport against "
-                                                   "(apt-get install libnghttp2-14)")
-                    first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
-                    raise TransportUnavailable(f"{Path(cxx).name} failed to compile grpc_h2.cc: {first[:300]}")
-                check(partial)
-                os.replace(partial, target)  # atomic: concurrent builders and readers see the whole file or none
-            log.info("built the compiled gRPC transport %s", target)
-            prune(folder, "grpc-h2-*", target.parent)
-            return target
-        except OSError as err:
-            problems.append(f"{folder}: {err}")
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
             raise TransportUnavailable(f"{Path(cxx).name} took more than 300 s to compile grpc_h2.cc") from None
-    raise TransportUnavailable(f"cannot write the compiled transport to any cache folder ({'; '.join(problems)})")
+        if done.returncode != 0:
+            if LIBRARY in done.stderr:
+                raise TransportUnavailable(f"no {LIBRARY} to link the compiled transport against "
+                                           "(apt-get install libnghttp2-14)")
+            first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
+            raise TransportUnavailable(f"{Path(cxx).name} failed to compile grpc_h2.cc: {first[:300]}")
+        check(partial)
+
+    try:
+        target = build_cached(library_cache_folders("transport"), key, "libsonic_grpc_h2.so", "grpc-h2-*", make)
+    except OSError as err:
+        raise TransportUnavailable(f"cannot write the compiled transport to any cache folder ({err})") from None
+    log.info("built the compiled gRPC transport %s", target)
+    return target
 
 
 def check(path: Path) -> None:

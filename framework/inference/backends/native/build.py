@@ -37,12 +37,11 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from ...library_cache import library_cache_folders, mark_used, prune
+from ...library_cache import build_cached, library_cache_folders, mark_used
 
 log = logging.getLogger(__name__)
 
@@ -162,29 +161,24 @@ def native_library(python: Any = None) -> Path:
 
 def _build(library: Path, key: str) -> Path:
     cxx = compiler()
-    problems = []
-    for folder in cache_folders():
-        target = folder / key / LIBRARY_NAME
+
+    def make(partial: Path) -> None:
+        command = [cxx, *FLAGS, f'-DSONIC_ORT_LIBRARY="{library}"', str(HERE / "backend.cc"), "-o", str(partial), "-ldl"]
         try:
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
-                partial = Path(work) / LIBRARY_NAME
-                command = [cxx, *FLAGS, f'-DSONIC_ORT_LIBRARY="{library}"', str(HERE / "backend.cc"),
-                           "-o", str(partial), "-ldl"]
-                done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-                if done.returncode != 0:
-                    first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
-                    raise NativeUnavailable(f"{Path(cxx).name} failed to compile backend.cc: {first[:300]}")
-                check(partial)
-                os.replace(partial, target)  # atomic: other builders and readers see the whole file or none
-            log.info("built the native onnxruntime backend %s (onnxruntime library %s)", target, library)
-            prune(folder, "ort-*", target.parent)  # builds for other onnxruntimes or older sources, unused
-            return target
-        except OSError as err:
-            problems.append(f"{folder}: {err}")
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         except subprocess.TimeoutExpired:
             raise NativeUnavailable(f"{Path(cxx).name} took more than 300 s to compile backend.cc") from None
-    raise NativeUnavailable(f"cannot write the native backend to any cache folder ({'; '.join(problems)})")
+        if done.returncode != 0:
+            first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
+            raise NativeUnavailable(f"{Path(cxx).name} failed to compile backend.cc: {first[:300]}")
+        check(partial)
+
+    try:
+        target = build_cached(cache_folders(), key, LIBRARY_NAME, "ort-*", make)
+    except OSError as err:
+        raise NativeUnavailable(f"cannot write the native backend to any cache folder ({err})") from None
+    log.info("built the native onnxruntime backend %s (onnxruntime library %s)", target, library)
+    return target
 
 
 def check(path: Path) -> str:
