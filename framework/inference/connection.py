@@ -159,7 +159,7 @@ class ServerConnection:
     (DEADLINE_EXCEEDED, to be failed over) instead of piling more work on a server that is far
     behind. :meth:`close` waits ``CLOSE_GRACE_S`` for such calls before closing.
 
-    A timed-out call keeps its worker thread until it ends, so a connection has up to ``MAX_WORKERS``
+    On grpcio, a timed-out call keeps its worker thread until it ends, so a connection has up to ``MAX_WORKERS``
     threads (64 calls in flight + ``ORPHAN_LIMIT``); they are started when a request finds none
     waiting and leave after ``WORKER_IDLE_S`` idle. A request still queued when its deadline passes is
     never sent.
@@ -372,16 +372,18 @@ class ServerConnection:
             return asked
         reason = ("it speaks clear text only (this server uses TLS)" if self.spec.ssl else
                   "it does not compress (compression is asked)" if self.compression is not None else None)
+        missing = False
         if reason is None:
             try:
                 native.api()
                 return "native"
             except native.TransportUnavailable as err:
-                reason = str(err)
+                reason, missing = str(err), True
         if asked == "native":
             raise ConfigError(f"the native transport cannot be used for {self.address}: {reason}",
                               key="services.inference.transport")
-        _say_once(f"SONIC requests to {self.address} go through grpcio: the native transport is not used ({reason})")
+        _say_once(f"SONIC requests to {self.address} go through grpcio: the native transport is not used ({reason})",
+                  logging.WARNING if missing else logging.INFO)  # a missing compiler costs CPU: worth a warning
         return "grpcio"
 
     def _send_native(self, call: _Call) -> None:
@@ -398,8 +400,8 @@ class ServerConnection:
                 if self._channel_native().send(tag, message):
                     return
             raise ConnectionError(f"the connection to {self.address} ended as the request was sent")
-        except ConnectionError as err:
-            self._native_done(tag, "UNAVAILABLE", str(err), b"")
+        except Exception as err:  # noqa: BLE001 - unreachable, or the connection broke: failed over like any
+            self._native_done(tag, "UNAVAILABLE", str(err) or type(err).__name__, b"")
 
     def _channel_native(self) -> native.NativeChannel:
         with self._h2_lock:
@@ -637,11 +639,11 @@ _DEADLINES = _Deadlines()
 _said: set[str] = set()
 
 
-def _say_once(line: str) -> None:
+def _say_once(line: str, level: int = logging.INFO) -> None:
     """Logs a notice once per process (one job makes many connections)."""
     if line not in _said:
         _said.add(line)
-        log.info(line)
+        log.log(level, line)
 
 
 def open_channel(spec: ServerSpec) -> grpc.Channel:
