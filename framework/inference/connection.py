@@ -153,9 +153,10 @@ class ServerConnection:
     flight, and a gRPC deadline is such a cancellation; a client must not be able to take a shared
     server down by timing out. So a request that passes ``timeout_s`` fails for its caller with
     status ``DEADLINE_EXCEEDED`` (retried or failed over like before) while its call runs on to its
-    end and the answer is dropped; its shared memory region is reused only after that end. gRPC
-    itself gets only a safety deadline (``ORPHAN_DEADLINE_S``, or 10 × ``timeout_s``) for a server
-    that never answers. While ``ORPHAN_LIMIT`` such calls are unanswered, new requests fail at once
+    end and the answer is dropped; its shared memory region is reused only after that end. On grpcio
+    the call gets only a safety deadline (``ORPHAN_DEADLINE_S``, or 10 × ``timeout_s``) for a server
+    that never answers; on the native transport none at all: its call ends when the server answers or
+    the connection ends (a server process that died drops it at once). While ``ORPHAN_LIMIT`` such calls are unanswered, new requests fail at once
     (DEADLINE_EXCEEDED, to be failed over) instead of piling more work on a server that is far
     behind. :meth:`close` waits ``CLOSE_GRACE_S`` for such calls before closing.
 
