@@ -463,6 +463,11 @@ class ServerPool:
         finally:
             self._refreshing = False
 
+    def transports(self) -> dict[str, str]:
+        """Each server's transport ("native" or "grpcio"), for the job's report."""
+        with self._lock:
+            return {s.connection.address: s.connection.transport for s in self.states}
+
     def breaker_openings(self) -> dict[str, int]:
         """How many times each server left the rotation (its breaker opened or re-opened) in this job."""
         with self._lock:

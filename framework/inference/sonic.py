@@ -277,7 +277,11 @@ class SonicClient(InferenceClient):
                                  f"{compute:15.3f}")
         with self._lock:
             deadlines = dict(self.deadlines)
+        transports = self.pool.transports()
+        if transports:
+            lines.append("transport: " + ", ".join(f"{address} {kind}" for address, kind in transports.items()))
         return {"mode": self.mode, "models": self.counters.as_dict(), "servers": servers, "extra_lines": lines,
+                "transports": transports,
                 "deadlines": deadlines, "out_of_rotation": self.pool.breaker_openings(),
                 "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None}
 

@@ -160,3 +160,5 @@ def test_server_statistics_reach_the_timing_report(sonic, rng):
     assert models["demo_mlp"]["requests"] >= 3 and models["demo_mlp"]["executions"] >= 1
     assert models["demo_mlp"]["compute_infer_ns"] > 0
     assert any(line.startswith(address) and "demo_mlp" in line for line in stats["extra_lines"])
+    assert stats["transports"] == {address: "native"}  # which transport carried the requests, in the report
+    assert f"transport: {address} native" in stats["extra_lines"]
