@@ -478,7 +478,8 @@ class ServerConnection:
 
     def _stage(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str],
                request: pb.ModelInferRequest) -> tuple[Any, list[_OutputSlot]]:
-        """Puts the inputs into one borrowed region and reserves room there for fixed-size outputs."""
+        """Puts the inputs into one borrowed region and reserves room there for fixed-size outputs (in
+        ``auto``, those of at least ``SHM_MIN_BYTES``: reading a few scores from the message costs less)."""
         batch = next(iter(inputs.values())).shape[0] if info.max_batch_size > 0 else None
         specs = {spec.name: spec for spec in info.outputs}
         sizes = []
@@ -503,7 +504,7 @@ class ServerConnection:
             slots = []
             for name, size in zip(outputs, sizes):
                 out = request.outputs.add(name=name)
-                if size:
+                if size and size >= self.shm_min_bytes:  # a small output is cheaper to read from the message
                     _in_region(out.parameters, region.name, size, offset)
                     slots.append(_OutputSlot(name, specs[name].dtype, offset))
                     offset += aligned(size)

@@ -223,14 +223,17 @@ class SonicClient(InferenceClient):
                      received: dict[str, np.ndarray] | None = None) -> None:
         """Tensor bytes of one request as sent (every try counts: each crossed the wire) or of its answer;
         those in system shared memory (the connection stages a request there when it has a pool and the
-        inputs reach its threshold, and fixed-size outputs come back there too) also count as ``shm_bytes``."""
+        inputs reach its threshold, and outputs that reach it come back there too) also count as ``shm_bytes``."""
         if attempt.nbytes < 0:
             attempt.nbytes = payload_bytes(attempt.inputs)
         size = attempt.nbytes if sent is not None else payload_bytes(received or {})
         pool = getattr(connection, "shm", None)
-        staged = pool is not None and attempt.nbytes >= getattr(connection, "shm_min_bytes", 0)
+        threshold = getattr(connection, "shm_min_bytes", 0)
+        staged = pool is not None and attempt.nbytes >= threshold
+        shared = size if sent is not None else payload_bytes({k: v for k, v in (received or {}).items()
+                                                               if np.asarray(v).nbytes >= threshold})
         key = "bytes_sent" if sent is not None else "bytes_received"
-        self.counters.add(attempt.info.name, **{key: size, "shm_bytes": size if staged else 0})
+        self.counters.add(attempt.info.name, **{key: size, "shm_bytes": shared if staged else 0})
 
     def _fail_over(self, attempt: _Attempt, connection: ServerConnection) -> None:
         attempt.failed.add(connection.address)

@@ -33,3 +33,24 @@ def test_sonic_client_counts_bytes_sent_and_received(server, shared_memory):
     assert counters["bytes_sent"] == 3 * x.nbytes and counters["bytes_received"] == 3 * probs.nbytes
     expected_shm = 3 * (x.nbytes + probs.nbytes) if shared_memory == "on" else 0
     assert counters["shm_bytes"] == expected_shm
+
+
+def test_auto_stages_large_inputs_and_reads_small_outputs_from_the_message(server):
+    """``shared_memory: auto``: 8 point clouds (57.6 kB) go through shared memory, their 8 scores (32 bytes)
+    come back in the gRPC message, where a few numbers are cheaper to read; the bytes in shared memory are
+    counted as such, and the scores equal direct inference's."""
+    from sonic_hep.framework.inference.direct import DirectClient
+    from sonic_hep.framework.inference.repository import ModelRepository
+
+    points = np.random.default_rng(5).normal(size=(8, 3, 600)).astype(np.float32)
+    client = sonic_client([server.grpc_url], shared_memory="auto")
+    direct = DirectClient(ModelRepository([DEMO_REPOSITORY]))
+    try:
+        score = client.infer("demo_points", {"points": points}).result(60)["score"]
+        np.testing.assert_allclose(score, direct.run("demo_points", {"points": points})["score"], rtol=0, atol=1e-5)
+        counters = client.statistics()["models"]["demo_points"]
+    finally:
+        client.close()
+        direct.close()
+    assert counters["bytes_sent"] == points.nbytes and counters["bytes_received"] == score.nbytes
+    assert counters["shm_bytes"] == points.nbytes
