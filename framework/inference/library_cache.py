@@ -1,8 +1,9 @@
 """Where the small libraries this project compiles on first use are kept.
 
-Two are built on the user's machine because no wheel ships them: the preload library that keeps
-Triton's python-backend shared memory private (``private_memory.py``) and the native onnxruntime
-backend (``backends/native/build.py``). Both keep them out of the checkout, in the user's cache
+Three are built on the user's machine because no wheel ships them: the preload library that keeps
+Triton's python-backend shared memory private (``private_memory.py``), the native onnxruntime backend
+(``backends/native/build.py``) and the SONIC transport (``transport/native.py``). All three are found
+with :func:`find_cached` and built with :func:`build_cached`, which keep them out of the checkout, in the user's cache
 (``$XDG_CACHE_HOME`` or ``~/.cache``), with a private temp folder as the fallback when that is not
 writable (read-only homes on batch nodes).
 
@@ -17,6 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +30,18 @@ MAX_AGE_DAYS = 30.0
 
 
 def library_cache_folders(kind: str) -> list[Path]:
-    """Folders for built libraries of ``kind`` ("lib", "native"), in order of preference."""
+    """Folders for built libraries of ``kind`` ("lib", "native", "transport"), in order of preference."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return [Path(base) / "sonic-hep" / kind, Path(tempfile.gettempdir()) / f"sonic-hep-{kind}-{os.getuid()}"]
+
+
+def find_cached(folders: list[Path], key: str, filename: str) -> Path | None:
+    """``<folder>/<key>/<filename>`` from the first of ``folders`` that has it (marked as used), or None."""
+    for folder in folders:
+        if (folder / key / filename).is_file():
+            mark_used(folder / key)
+            return folder / key / filename
+    return None
 
 
 def mark_used(entry: Path) -> None:
@@ -92,3 +103,32 @@ def build_cached(folders: list[Path], key: str, filename: str, pattern: str, mak
         except OSError as err:
             problems.append(f"{folder}: {err}")
     raise OSError("; ".join(problems))
+
+
+class BuildOnce:
+    """A library found in the cache, or built once per process and settings (key, folders, ``$CXX``).
+
+    A failure (of type ``error``) is remembered and raised again, so a machine without a compiler is not
+    asked to compile again by every server or connection a job makes; changed settings build anew.
+    """
+
+    def __init__(self, error: type[Exception]):
+        self.error = error
+        self._lock = threading.Lock()
+        self._done: dict[tuple, Path | Exception] = {}
+
+    def get(self, folders: list[Path], key: str, filename: str, build: Callable[[], Path]) -> Path:
+        with self._lock:
+            found = find_cached(folders, key, filename)
+            if found is not None:
+                return found
+            memo = (key, tuple(folders), os.environ.get("CXX"))
+            if memo not in self._done:
+                try:
+                    self._done[memo] = build()
+                except self.error as err:
+                    self._done[memo] = err
+            result = self._done[memo]
+        if isinstance(result, Exception):
+            raise result
+        return result

@@ -26,12 +26,14 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from .library_cache import library_cache_folders, mark_used, prune
+from .library_cache import build_cached, find_cached, library_cache_folders
 
 log = logging.getLogger(__name__)
+
+#: the built library's file name (in ``<cache>/lib/shm-<hash>-<arch>/``)
+LIBRARY_NAME = "libsonic_private_shm.so"
 
 SOURCE = r"""
 #define _GNU_SOURCE
@@ -53,28 +55,23 @@ int fchmod(int fd, mode_t mode) {
 def preload_library() -> str | None:
     """Path of the compiled ``fchmod`` library (built on first use), or None without a C compiler."""
     # named after the architecture too: a shared $HOME may serve nodes of other kinds
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:12] + "-" + platform.machine()
+    key = "shm-" + hashlib.sha256(SOURCE.encode()).hexdigest()[:12] + "-" + platform.machine()
+    folders = library_cache_folders("lib")
+    found = find_cached(folders, key, LIBRARY_NAME)
+    if found is not None:
+        return str(found)
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    for folder in library_cache_folders("lib"):
-        target = folder / f"libsonic_private_shm-{digest}.so"
-        if target.is_file():
-            mark_used(target)
-            return str(target)
-        if compiler is None:
-            break
+    if compiler is not None:
+        def make(partial: Path) -> None:
+            source = partial.parent / "private_shm.c"
+            source.write_text(SOURCE)
+            subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(source), "-ldl"],
+                           check=True, capture_output=True, timeout=120)
+
         try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with tempfile.TemporaryDirectory(dir=folder) as build:
-                source = Path(build) / "private_shm.c"
-                source.write_text(SOURCE)
-                partial = Path(build) / target.name
-                subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(source), "-ldl"],
-                               check=True, capture_output=True, timeout=120)
-                os.replace(partial, target)  # atomic: concurrent builders agree on one file
-            prune(folder, "libsonic_private_shm-*.so", target)
-            return str(target)
+            return str(build_cached(folders, key, LIBRARY_NAME, "shm-*", make))
         except (OSError, subprocess.SubprocessError) as err:
-            log.debug("could not build %s: %s", target, err)
+            log.debug("could not build %s: %s", LIBRARY_NAME, err)
     log.warning("no C compiler to build the library that keeps Triton's shared memory private; "
                 "its regions are made 0600 only after the server started (set CC or install gcc)")
     return None

@@ -124,7 +124,6 @@ def test_a_machine_without_libnghttp2_gets_one_line_saying_what_to_install(tmp_p
     """The build links libnghttp2 by its soname: without it, one line naming the package, and nothing cached."""
     monkeypatch.setattr(native, "LIBRARY", "libnghttp2_absent.so.99")
     monkeypatch.setattr(native, "library_cache_folders", lambda kind: [tmp_path / "cache"])
-    monkeypatch.setattr(native, "_built", {})
     with pytest.raises(native.TransportUnavailable, match=r"^no libnghttp2_absent\.so\.99 to link the compiled "
                                                           r"transport against \(apt-get install libnghttp2-14\)$"):
         native.transport_library()

@@ -30,17 +30,18 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..library_cache import build_cached, library_cache_folders, mark_used
+from ..library_cache import BuildOnce, build_cached, library_cache_folders
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("grpc_h2.cc", "nghttp2_api.h")
 LIBRARY = "libnghttp2.so.14"
+#: the built transport's file name (in ``<cache>/transport/grpc-h2-<hash>/``)
+FILENAME = "libsonic_grpc_h2.so"
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-static-libstdc++", "-static-libgcc",
          "-Wl,--exclude-libs,ALL", "-pthread")
-_lock = threading.Lock()
-_built: dict[str, Path | TransportUnavailable] = {}
+_lock = threading.Lock()  # loading the library once
 
 #: gRPC's status codes by number (what the server puts in ``grpc-status``)
 STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -50,6 +51,9 @@ STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCE
 
 class TransportUnavailable(Exception):
     """The compiled transport cannot be built or loaded here; the message says why in one line."""
+
+
+_builds = BuildOnce(TransportUnavailable)
 
 
 def status_name(code: int) -> str:
@@ -73,20 +77,7 @@ def transport_library() -> Path:
         TransportUnavailable: no C++ compiler, no libnghttp2, or the build or its check failed.
     """
     key = build_key()
-    with _lock:
-        for folder in library_cache_folders("transport"):
-            if (folder / key / "libsonic_grpc_h2.so").is_file():
-                mark_used(folder / key)
-                return folder / key / "libsonic_grpc_h2.so"
-        if key not in _built:
-            try:
-                _built[key] = _build(key)
-            except TransportUnavailable as err:
-                _built[key] = err
-        result = _built[key]
-    if isinstance(result, TransportUnavailable):
-        raise result
-    return result
+    return _builds.get(library_cache_folders("transport"), key, FILENAME, lambda: _build(key))
 
 
 def _build(key: str) -> Path:
@@ -112,7 +103,7 @@ def _build(key: str) -> Path:
         check(partial)
 
     try:
-        target = build_cached(library_cache_folders("transport"), key, "libsonic_grpc_h2.so", "grpc-h2-*", make)
+        target = build_cached(library_cache_folders("transport"), key, FILENAME, "grpc-h2-*", make)
     except OSError as err:
         raise TransportUnavailable(f"cannot write the compiled transport to any cache folder ({err})") from None
     log.info("built the compiled gRPC transport %s", target)

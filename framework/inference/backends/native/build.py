@@ -37,11 +37,10 @@ import platform
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-from ...library_cache import build_cached, library_cache_folders, mark_used
+from ...library_cache import BuildOnce, build_cached, library_cache_folders
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +49,13 @@ HERE = Path(__file__).resolve().parent
 SOURCES = ("backend.cc", "triton_api.h", "ort_api.h")
 LIBRARY_NAME = "libtriton_onnxruntime.so"
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-static-libstdc++", "-static-libgcc")
-_lock = threading.Lock()
-_built: dict[tuple, Path | NativeUnavailable] = {}
 
 
 class NativeUnavailable(Exception):
     """The native backend cannot be built or loaded here; the message says why in one line."""
+
+
+_builds = BuildOnce(NativeUnavailable)
 
 
 def unsupported(config: Any) -> str | None:
@@ -142,21 +142,7 @@ def native_library(python: Any = None) -> Path:
     """
     library, version = onnxruntime_library(python)
     key = build_key(library, version)
-    with _lock:
-        for folder in cache_folders():
-            if (folder / key / LIBRARY_NAME).is_file():
-                mark_used(folder / key)
-                return folder / key / LIBRARY_NAME
-        memo = (key, tuple(cache_folders()), os.environ.get("CXX"))
-        if memo not in _built:  # a failed build is not retried by every server this process starts
-            try:
-                _built[memo] = _build(library, key)
-            except NativeUnavailable as err:
-                _built[memo] = err
-        result = _built[memo]
-    if isinstance(result, NativeUnavailable):
-        raise result
-    return result
+    return _builds.get(cache_folders(), key, LIBRARY_NAME, lambda: _build(library, key))
 
 
 def _build(library: Path, key: str) -> Path:
