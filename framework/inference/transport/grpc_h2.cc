@@ -76,14 +76,13 @@ struct Connection {
   std::string authority, path;
   std::thread io;
 
-  std::mutex mu;  // guards the members down to `why`
+  std::mutex mu;  // guards the members down to `ended`
   std::condition_variable cv;
   std::deque<Call*> queued;  // sent by callers, not yet given to nghttp2
   std::deque<Done> done;     // finished, not yet handed out
   bool dead = false;         // accepts no new call
   bool closing = false;      // sgt_close was called
   bool ended = false;        // the I/O thread has ended: no call will finish any more
-  std::string why;           // why it is dead
 
   std::vector<Done> taken;  // the batch of the last sgt_wait (the waiting thread's own)
   std::set<Call*> open;     // given to nghttp2 and not closed (the I/O thread's own)
@@ -155,8 +154,7 @@ int on_close(nghttp2_session* session, int32_t stream, uint32_t error, void* use
     finish(c, call, kUnavailable, "the server reset the HTTP/2 stream (rst_stream, error code " +
                                       std::to_string(error) + ")");
   } else if (call->grpc_status >= 0) {
-    std::string message = call->grpc_message;
-    finish(c, call, call->grpc_status, message);
+    finish(c, call, call->grpc_status, std::move(call->grpc_message));
   } else if (call->http_status != 200) {
     finish(c, call, kUnavailable, "HTTP status " + std::to_string(call->http_status) + " without a gRPC status");
   } else {
@@ -293,7 +291,6 @@ void run(Connection* c) {
   {
     std::lock_guard<std::mutex> lock(c->mu);
     c->dead = true;
-    c->why = why;
     queued.swap(c->queued);
   }
   c->stopped = true;
@@ -304,6 +301,12 @@ void run(Connection* c) {
     c->ended = true;
   }
   c->cv.notify_all();
+}
+
+// Wakes the I/O thread. A failed write can only mean the counter is full, i.e. a wake-up is already pending.
+void wake(Connection* c) {
+  uint64_t one = 1;
+  if (write(c->wake, &one, sizeof one) < 0) return;
 }
 
 int connect_to(const char* host, int port, int timeout_ms, std::string* why) {
@@ -402,8 +405,7 @@ SONIC_EXPORT int sgt_send(void* connection, uint64_t tag, const char* message, s
     }
     c->queued.push_back(call);
   }
-  uint64_t one = 1;
-  if (write(c->wake, &one, sizeof one) < 0 && errno != EAGAIN) return 0;  // the I/O thread wakes on its next event
+  wake(c);
   return 0;
 }
 
@@ -433,20 +435,13 @@ SONIC_EXPORT int sgt_result(void* connection, int index, uint64_t* tag, int* sta
   return 0;
 }
 
-SONIC_EXPORT const char* sgt_why(void* connection) {
-  auto* c = static_cast<Connection*>(connection);
-  std::lock_guard<std::mutex> lock(c->mu);
-  return c->why.c_str();
-}
-
 SONIC_EXPORT void sgt_close(void* connection) {
   auto* c = static_cast<Connection*>(connection);
   {
     std::lock_guard<std::mutex> lock(c->mu);
     c->closing = true;
   }
-  uint64_t one = 1;
-  if (write(c->wake, &one, sizeof one) < 0) return;
+  wake(c);
 }
 
 SONIC_EXPORT void sgt_free(void* connection) {
