@@ -226,12 +226,13 @@ class SonicClient(InferenceClient):
         inputs reach its threshold, and outputs that reach it come back there too) also count as ``shm_bytes``."""
         if attempt.nbytes < 0:
             attempt.nbytes = payload_bytes(attempt.inputs)
-        size = attempt.nbytes if sent is not None else payload_bytes(received or {})
-        pool = getattr(connection, "shm", None)
         threshold = getattr(connection, "shm_min_bytes", 0)
-        staged = pool is not None and attempt.nbytes >= threshold
-        shared = size if sent is not None else payload_bytes({k: v for k, v in (received or {}).items()
-                                                               if np.asarray(v).nbytes >= threshold})
+        if sent is not None:
+            size = shared = attempt.nbytes
+        else:
+            sizes = [payload_bytes({name: array}) for name, array in (received or {}).items()]
+            size, shared = sum(sizes), sum(n for n in sizes if n >= threshold)
+        staged = getattr(connection, "shm", None) is not None and attempt.nbytes >= threshold
         key = "bytes_sent" if sent is not None else "bytes_received"
         self.counters.add(attempt.info.name, **{key: size, "shm_bytes": shared if staged else 0})
 
