@@ -120,8 +120,9 @@ class TritonServer:
             without a certificate signed by it is refused).
         log_verbose (int): Triton's ``--log-verbose`` level.
         startup_timeout (float): seconds to wait for readiness.
-        cpus (Iterable[int] | None): CPU cores the server (and its python stubs) may run on, so that
-            a server sharing a node with jobs gets cores of its own (default: all of this process's).
+        cpus (Iterable[int] | str | None): CPU cores the server (and its python stubs) may run on, so
+            that a server sharing a node with jobs gets cores of its own, as a list or as ``taskset -c``
+            writes them ("0-3,8") (default: all of this process's).
         strict (bool): refuse to start (one line naming each model and reason) when a model cannot be
             served; by default such models are left out, each logged with its reason (``skipped``).
         backend (str): what serves ``onnxruntime_onnx`` models: "native" (the compiled backend,
@@ -137,7 +138,7 @@ class TritonServer:
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, python_shm_mb: int | None = None,
                  model_control: str = "none",
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | None = None,
+                 tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | str | None = None,
                  keep_workdir: bool | None = None, backend: str = "auto", strict: bool = False):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
@@ -151,6 +152,8 @@ class TritonServer:
             if path and not os.path.isfile(path):
                 raise InferenceError(f"TLS file {path} does not exist")
         self.tls = {"cert": tls_cert, "key": tls_key, "root": tls_root_cert}
+        if isinstance(cpus, str):
+            cpus = parse_cpus(cpus)
         self.cpus = sorted(set(cpus)) if cpus is not None else None
         if self.cpus is not None:
             unknown = set(self.cpus) - os.sched_getaffinity(0)

@@ -372,16 +372,31 @@ def test_missing_compiler_falls_back_with_a_notice(tmp_path, monkeypatch, caplog
     assert len(notices) == 1 and "\n" not in notices[0] and "no-such-g++" in notices[0], notices
 
 
-def test_sonic_run_starts_its_local_server_with_the_configured_backend(tmp_path):
-    """``services.inference.fallback_server.backend`` reaches the server ``sonic run --inference sonic`` starts."""
+def test_sonic_run_starts_its_local_server_with_the_configured_backend_and_cores(tmp_path):
+    """``services.inference.fallback_server.backend`` and ``.cpus`` reach the server ``sonic run --inference
+    sonic`` starts (the job itself keeps every core)."""
     timing = tmp_path / "timing.json"
+    last = max(os.sched_getaffinity(0))
     run = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.cli", "run", "demo_inference", "-n", "3", "-o",
                           str(tmp_path / "out.root"), "--inference", "sonic", "--no-progress", "--timing-json",
-                          str(timing), "-p", "services.inference.fallback_server.backend=native"],
+                          str(timing), "-p", "services.inference.fallback_server.backend=native",
+                          "-p", f"services.inference.fallback_server.cpus='{last}'"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     fallback = json.loads(timing.read_text())["inference"]["fallback"]
     assert fallback["backend"] == "native" and fallback["model_backends"]["demo_mlp"] == "onnxruntime (native)"
+    assert fallback["cpus"] == [last]
+
+
+@pytest.mark.parametrize("value, cores", [("0", [0]), ("0-1,3", [0, 1, 3]), (2, [2]), ([3, 1, 3], [1, 3])])
+def test_the_fallback_servers_cores_are_read_as_taskset_writes_them(value, cores):
+    assert InferenceConfig.from_dict({"fallback_server": {"cpus": value}}).fallback_server["cpus"] == cores
+
+
+@pytest.mark.parametrize("value", ["0-x", "", [], [-1], ["0"], True, 1.5])
+def test_a_bad_core_list_for_the_fallback_server_names_the_key(value):
+    with pytest.raises(ConfigError, match=r"^services\.inference\.fallback_server\.cpus: must be a core list such as "):
+        InferenceConfig.from_dict({"fallback_server": {"cpus": value}})
 
 
 def test_server_start_takes_the_backend_from_the_configuration(tmp_path):

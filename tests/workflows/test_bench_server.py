@@ -159,3 +159,23 @@ def test_exatrkx_table_has_a_column_per_backend_and_cpu_per_event():
         in text
     assert "| CPU: job (+ local server) | 60.0 | 20.0 + 45.0 = 65.0 | 8.0 + 60.0 = 68.0 |" in text
     assert "SONIC per stage, native: not measured: no g++" in text
+
+
+def test_a_core_split_can_confine_the_server_and_leave_the_clients_every_core():
+    """``--server-cpus 1 --client-cpus all`` (sonic bench miniaod): only the server is pinned; the
+    bench process keeps its cores, and the report says so."""
+    import os
+
+    from sonic_hep.workflows.bench._machine import CoreSplit
+
+    mine = sorted(os.sched_getaffinity(0))
+    last = str(mine[-1])
+    everywhere = CoreSplit(last, "all")
+    assert everywhere.server_cpus == [mine[-1]] and everywhere.client_cpus == mine
+    everywhere.pin_clients()
+    assert sorted(os.sched_getaffinity(0)) == mine
+    assert everywhere.describe() == f"server on cores {last}, clients on all {len(mine)} cores (the server's too)"
+    if len(mine) > 1:
+        assert CoreSplit(last).client_cpus == mine[:-1]
+    with pytest.raises(SystemExit, match="--client-cpus must be rest or all"):
+        CoreSplit(last, "some")

@@ -38,27 +38,35 @@ def machine_description() -> str:
 
 class CoreSplit:
     """``--server-cpus``: the server on some cores, this process (its threads, clients and load
-    processes) on the others, as a node shared by a Triton server and jobs is set up.
+    processes) on the others, as a node shared by a Triton server and jobs is set up. With
+    ``clients="all"`` the clients keep every core and only the server is confined, as on a small
+    machine where a job starts its own server and should not give up a core to it.
 
     Make it before starting anything; :meth:`pin_clients` once the server has started (the server
     inherits nothing from the pinning: it gets ``server_cpus`` explicitly).
     """
 
-    def __init__(self, server_cpus: str | None):
+    def __init__(self, server_cpus: str | None, clients: str = "rest"):
         from ...framework.inference.server import parse_cpus
 
+        if clients not in ("rest", "all"):
+            raise SystemExit(f"--client-cpus must be rest or all, not {clients!r}")
         self.text = server_cpus
         self.server_cpus = parse_cpus(server_cpus) if server_cpus else None
         self.all_cpus = sorted(os.sched_getaffinity(0))
-        self.client_cpus = sorted(os.sched_getaffinity(0) - set(self.server_cpus or []))
+        self.clients_everywhere = clients == "all"
+        self.client_cpus = self.all_cpus if self.clients_everywhere else \
+            sorted(os.sched_getaffinity(0) - set(self.server_cpus or []))
         if not self.client_cpus:
             raise SystemExit(f"--server-cpus {server_cpus} leaves no core for the clients")
 
     def pin_clients(self) -> None:
-        if self.server_cpus:  # threads and processes started from now on inherit it
+        if self.server_cpus and not self.clients_everywhere:  # threads and processes started from now on inherit it
             os.sched_setaffinity(0, self.client_cpus)
 
     def describe(self) -> str:
         if not self.server_cpus:
             return "none (server and clients share every core)"
+        if self.clients_everywhere:
+            return f"server on cores {self.text}, clients on all {len(self.client_cpus)} cores (the server's too)"
         return f"server on cores {self.text}, clients on the {len(self.client_cpus)} other cores"

@@ -74,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-cpus", metavar="LIST",
                         help="pin the bench's local servers to these cores (e.g. 0-3) and the jobs to the rest "
                              "(default: no pinning)")
+    parser.add_argument("--client-cpus", choices=("rest", "all"), default="rest",
+                        help="with --server-cpus: the jobs on the cores the servers leave (rest), or on every core, "
+                             "the servers' too (all: only the server is confined, as on a small machine whose job "
+                             "starts its own server)")
     parser.add_argument("--streams", type=int, default=1, help="events in flight")
     parser.add_argument("--threads", type=int, default=1, help="worker threads")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -201,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     unavailable: dict[str, str] = {}
     servers: dict[str, TritonServer] = {}
     machine = machine_description()  # before the pinning narrows what this process sees
-    cores = CoreSplit(args.server_cpus)
+    cores = CoreSplit(args.server_cpus, args.client_cpus)
     try:
         for mode in modes:  # one local server per backend, up for the whole bench (its start is no event's time)
             backend = MODES[mode][1]
