@@ -400,17 +400,21 @@ def test_a_bad_core_list_for_the_fallback_server_names_the_key(value):
 
 
 def test_server_start_takes_the_backend_from_the_configuration(tmp_path):
-    """``sonic server start --config`` uses the configuration's ``fallback_server.backend`` unless ``--backend``."""
+    """``sonic server start --config`` uses the configuration's ``fallback_server.backend`` and ``.cpus`` unless
+    ``--backend`` / ``--cpus`` say otherwise."""
     import argparse
 
-    from sonic_hep.workflows.cli.server import _backend
+    from sonic_hep.workflows.cli.server import _backend, _cpus
 
     text = (PROJECT / "configs" / "demo_inference.yaml").read_text()
     config = tmp_path / "cfg.yaml"
-    config.write_text(text.replace("    mode: direct\n", "    mode: direct\n    fallback_server: {backend: python}\n"))
+    config.write_text(text.replace("    mode: direct\n", "    mode: direct\n    fallback_server: {backend: python, cpus: '0'}\n"))
     assert _backend(argparse.Namespace(backend=None, config=str(config))) == "python"
     assert _backend(argparse.Namespace(backend="native", config=str(config))) == "native"
     assert _backend(argparse.Namespace(backend=None, config=None)) == "auto"
+    assert _cpus(argparse.Namespace(cpus=None, config=str(config))) == [0]  # the configuration's cores
+    assert _cpus(argparse.Namespace(cpus="0-1", config=str(config))) == [0, 1]  # --cpus wins
+    assert _cpus(argparse.Namespace(cpus=None, config=None)) is None
 
 
 def test_a_bad_backend_in_the_configuration_names_the_key():

@@ -179,3 +179,15 @@ def test_a_core_split_can_confine_the_server_and_leave_the_clients_every_core():
         assert CoreSplit(last).client_cpus == mine[:-1]
     with pytest.raises(SystemExit, match="--client-cpus must be rest or all"):
         CoreSplit(last, "some")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["sonic", "bench", "miniaod", "--out", "/tmp/x", "--streams", "4"], "sonic bench miniaod --out OUT --streams 4"),
+    (["sonic", "bench", "miniaod", "--out=/tmp/x"], "sonic bench miniaod --out=OUT"),
+    (["pytest", "-q"], "sonic bench miniaod"),
+])
+def test_a_bench_report_gives_its_command_without_the_output_folder(monkeypatch, argv, expected):
+    from sonic_hep.workflows.bench._machine import bench_command
+
+    monkeypatch.setattr("sys.argv", argv)
+    assert bench_command("miniaod") == expected

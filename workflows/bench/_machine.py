@@ -6,6 +6,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 
 
 def machine_description() -> str:
@@ -34,6 +35,23 @@ def machine_description() -> str:
         except (OSError, subprocess.SubprocessError):
             gpu = ""
     return f"{cpu}, {cores} cores{memory}{gpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def bench_command(name: str) -> str:
+    """The command line that ran this bench, for its report: ``sonic bench NAME ...`` with the output folder
+    written ``OUT`` (a temporary path says nothing to a reader); just ``sonic bench NAME`` when not run from
+    the command line."""
+    argv = sys.argv[1:]
+    if argv[:2] != ["bench", name]:
+        return f"sonic bench {name}"
+    words = []
+    for i, word in enumerate(argv):
+        if i > 0 and argv[i - 1] == "--out":
+            word = "OUT"
+        elif word.startswith("--out="):
+            word = "--out=OUT"
+        words.append(word)
+    return " ".join(["sonic", *words])
 
 
 class CoreSplit:

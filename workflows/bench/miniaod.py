@@ -43,7 +43,7 @@ from ...framework.errors import SonicError
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
 from ..compare import compare_files
-from ._machine import CoreSplit, machine_description
+from ._machine import CoreSplit, bench_command, machine_description
 from ._samples import generated_input
 from ._load import process_tree_cpu
 
@@ -139,7 +139,8 @@ def markdown(results: dict[str, Any]) -> str:
     modes = [r["mode"] for r in results["runs"]]
     head = "| module | algorithm | model | input MB/evt | " + " | ".join(
         f"{m} ms/evt | {m} % of event" for m in modes) + " |"
-    lines = ["# sonic bench miniaod\n", f"Machine: {results['machine']}  ",
+    lines = ["# sonic bench miniaod\n", f"Command: `{results.get('command', 'sonic bench miniaod')}`  ",
+             f"Machine: {results['machine']}  ",
              f"Input: {results['input']} ({results['runs'][0]['events']} events), config {results['config']}, "
              f"{results['streams']} stream(s), {results['threads']} thread(s)  ",
              f"CPU pinning: {results.get('pinning', 'none')}\n", head,
@@ -233,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         run["repeats_event_ms"] = [r["event_ms"] for r in repeats[mode]]
         runs.append(run)
     results: dict[str, Any] = {
-        "machine": machine, "pinning": cores.describe(), "input": os.path.basename(path), "config": args.config,
+        "machine": machine, "command": bench_command("miniaod"), "pinning": cores.describe(), "input": os.path.basename(path), "config": args.config,
         "streams": args.streams, "threads": args.threads, "repeat": max(1, args.repeat), "runs": runs,
         "unavailable": unavailable,
     }

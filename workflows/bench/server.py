@@ -41,7 +41,6 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
 from ._grpc_bodies import GRPC_HEADERS, INFER_PATH, body, unframe
 from ._load import process_tree_cpu
-from ._machine import CoreSplit, machine_description
+from ._machine import CoreSplit, bench_command, machine_description
 
 log = logging.getLogger(__name__)
 
@@ -400,8 +399,7 @@ def run(args: argparse.Namespace) -> int:
     cores = CoreSplit(args.server_cpus)
     cases = [CASES[name] for name in args.models]
     report: dict[str, Any] = {"machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                              "command": " ".join(["sonic", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
-                              else "sonic bench server", "pinning": cores.describe(),
+                              "command": bench_command("server"), "pinning": cores.describe(),
                               "h2load": version.split()[-1] if version else "?", "rounds": args.rounds,
                               "load_average": {"start": os.getloadavg()[0]}, "results": []}
     with tempfile.TemporaryDirectory(prefix="sonic-bench-server-") as tmp:

@@ -110,25 +110,33 @@ def _repositories(args: argparse.Namespace) -> list[str]:
     return [resolve_repository(p) for p in paths]
 
 
+def _configured(args: argparse.Namespace) -> dict:
+    """``services.inference.fallback_server`` of ``--config`` (checked as a job would), or {} without one."""
+    if not args.config:
+        return {}
+    from ...framework import config as cfgmod
+    from ...framework.inference.service import InferenceConfig
+
+    raw = cfgmod.load(args.config).services.get("inference", {}) or {}
+    return dict(InferenceConfig.from_dict(raw).fallback_server) if raw.get("fallback_server") else {}
+
+
 def _strict(args: argparse.Namespace) -> bool:
     """``--strict``, or ``services.inference.fallback_server.strict`` of ``--config``: refuse to start when a
     model cannot be served, instead of serving the rest."""
-    if args.strict or not args.config:
-        return bool(args.strict)
-    from ...framework import config as cfgmod
-
-    server_options = cfgmod.load(args.config).services.get("inference", {}).get("fallback_server") or {}
-    return bool(server_options.get("strict", False))
+    return bool(args.strict or _configured(args).get("strict", False))
 
 
 def _backend(args: argparse.Namespace) -> str:
     """``--backend``, else ``services.inference.fallback_server.backend`` of ``--config``, else "auto"."""
-    if args.backend or not args.config:
-        return args.backend or "auto"
-    from ...framework import config as cfgmod
+    return args.backend or str(_configured(args).get("backend", "auto"))
 
-    server_options = cfgmod.load(args.config).services.get("inference", {}).get("fallback_server") or {}
-    return str(server_options.get("backend", "auto"))
+
+def _cpus(args: argparse.Namespace) -> list[int] | None:
+    """``--cpus``, else ``services.inference.fallback_server.cpus`` of ``--config``, else every core."""
+    from ...framework.inference.server import parse_cpus
+
+    return parse_cpus(args.cpus) if args.cpus else _configured(args).get("cpus")
 
 
 def _not_served(skipped: dict[str, str]) -> list[str]:
@@ -137,7 +145,7 @@ def _not_served(skipped: dict[str, str]) -> list[str]:
 
 
 def start(args: argparse.Namespace) -> int:
-    from ...framework.inference.server import TritonServer, parse_cpus
+    from ...framework.inference.server import TritonServer
 
     server = TritonServer(_repositories(args), models=args.model or None, host=args.host, http_host=args.http_host,
                           metrics_host=args.metrics_host, keep_workdir=args.keep_workdir or None, grpc_port=args.grpc_port,
@@ -146,7 +154,7 @@ def start(args: argparse.Namespace) -> int:
                           python_shm_mb=args.python_shm_mb, model_control="explicit" if args.explicit else "none",
                           log_verbose=args.log_verbose,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
-                          cpus=parse_cpus(args.cpus) if args.cpus else None, backend=_backend(args),
+                          cpus=_cpus(args), backend=_backend(args),
                           strict=_strict(args))
     stop_requested: list[int] = []
 
