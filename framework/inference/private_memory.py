@@ -69,7 +69,8 @@ def preload_library() -> str | None:
                            check=True, capture_output=True, timeout=120)
 
         try:
-            return str(build_cached(folders, key, LIBRARY_NAME, "shm-*", make))
+            # "*shm-*": the builds of this layout and those of the older one (lib/libsonic_private_shm-<hash>.so)
+            return str(build_cached(folders, key, LIBRARY_NAME, "*shm-*", make))
         except (OSError, subprocess.SubprocessError) as err:
             log.debug("could not build %s: %s", LIBRARY_NAME, err)
     log.warning("no C compiler to build the library that keeps Triton's shared memory private; "

@@ -620,3 +620,29 @@ def test_the_gpu_check_runs_without_a_gpu_and_refuses_to_pass_for_one(tmp_path):
     refused = subprocess.run(command[:3] + [str(tmp_path / "again")] + command[4:] + ["--expect-cuda"],
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "not every KIND_GPU instance runs on CUDA" in refused.stderr
+
+
+def test_building_the_preload_library_prunes_old_builds_of_both_layouts(tmp_path, monkeypatch):
+    """The library that keeps Triton's shared memory private moved from ``lib/libsonic_private_shm-<hash>.so`` to
+    ``lib/shm-<hash>-<arch>/``: a new build removes unused builds of either layout, and leaves recent ones."""
+    from sonic_hep.framework.inference import private_memory
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "sonic-hep" / "lib"
+    folder.mkdir(parents=True)
+    old = time.time() - 40 * 86400
+    stale_file, stale_dir = folder / "libsonic_private_shm-0123456789ab.so", folder / "shm-0123456789ab-x86_64"
+    recent = folder / "libsonic_private_shm-ba9876543210.so"
+    stale_dir.mkdir()
+    (stale_dir / private_memory.LIBRARY_NAME).write_bytes(b"old")
+    for path in (stale_file, recent):
+        path.write_bytes(b"old")
+    for path in (stale_file, stale_dir):
+        os.utime(path, (old, old))
+    private_memory.preload_library.cache_clear()
+    try:
+        built = private_memory.preload_library()
+    finally:
+        private_memory.preload_library.cache_clear()
+    assert built is not None and Path(built).parent.parent == folder
+    assert not stale_file.exists() and not stale_dir.exists() and recent.exists()
