@@ -138,7 +138,8 @@ class TritonServer:
                  backends: dict[str, Path] | None = None, ort_threads: int = 1, python_shm_mb: int | None = None,
                  model_control: str = "none",
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_root_cert: str | None = None, cpus: Iterable[int] | str | None = None,
+                 tls_key: str | None = None, tls_root_cert: str | None = None,
+                 cpus: Iterable[int] | str | None = None,
                  keep_workdir: bool | None = None, backend: str = "auto", strict: bool = False):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")

@@ -102,8 +102,8 @@ class InferenceConfig:
 
 
 #: the options of ``fallback_server`` (passed on to the local server it starts)
-FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python_shm_mb", "python", "device", "startup_timeout", "log_verbose", "workdir",
-                                     "env", "models", "host", "backends", "backend", "strict", "cpus"})
+FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python_shm_mb", "python", "device", "startup_timeout", "log_verbose",
+                                     "workdir", "env", "models", "host", "backends", "backend", "strict", "cpus"})
 #: values of ``fallback_server.backend`` (the same as ``TritonServer``'s ``backend``; checked here to name the key)
 SERVER_BACKENDS = ("auto", "native", "python")
 

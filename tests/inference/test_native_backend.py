@@ -408,7 +408,8 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path):
 
     text = (PROJECT / "configs" / "demo_inference.yaml").read_text()
     config = tmp_path / "cfg.yaml"
-    config.write_text(text.replace("    mode: direct\n", "    mode: direct\n    fallback_server: {backend: python, cpus: '0'}\n"))
+    config.write_text(text.replace("    mode: direct\n",
+                                   "    mode: direct\n    fallback_server: {backend: python, cpus: '0'}\n"))
     assert _backend(argparse.Namespace(backend=None, config=str(config))) == "python"
     assert _backend(argparse.Namespace(backend="native", config=str(config))) == "native"
     assert _backend(argparse.Namespace(backend=None, config=None)) == "auto"

@@ -234,9 +234,9 @@ def run(args: argparse.Namespace) -> int:
         run["repeats_event_ms"] = [r["event_ms"] for r in repeats[mode]]
         runs.append(run)
     results: dict[str, Any] = {
-        "machine": machine, "command": bench_command("miniaod"), "pinning": cores.describe(), "input": os.path.basename(path), "config": args.config,
-        "streams": args.streams, "threads": args.threads, "repeat": max(1, args.repeat), "runs": runs,
-        "unavailable": unavailable,
+        "machine": machine, "command": bench_command("miniaod"), "pinning": cores.describe(),
+        "input": os.path.basename(path), "config": args.config, "streams": args.streams, "threads": args.threads,
+        "repeat": max(1, args.repeat), "runs": runs, "unavailable": unavailable,
     }
     first = runs[0] if runs else {}
     results.update(models=first.get("models", {}), input_mb=first.get("input_mb", {}))
