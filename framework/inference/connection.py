@@ -59,7 +59,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
 from ..errors import ConfigError
-from .repository import ModelInfo, parse_specs
+from .repository import ModelInfo, TensorSpec, parse_specs
 from .shm import SharedMemoryPool, aligned
 from .tls_probe import hint, server_tls
 from .transport import native
@@ -484,11 +484,10 @@ class ServerConnection:
         specs = {spec.name: spec for spec in info.outputs}
         sizes = []
         for name in outputs:
-            dims = specs[name].dims
-            if any(d < 0 for d in dims) or specs[name].datatype == "STRING":
+            if not fixed_size(specs[name]):
                 sizes.append(None)  # size unknown before the answer: comes back in the message
                 continue
-            shape = ([batch] if batch is not None else []) + list(dims)
+            shape = ([batch] if batch is not None else []) + list(specs[name].dims)
             sizes.append(math.prod(shape) * specs[name].dtype.itemsize)
         types = _datatypes(info, inputs)
         arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
@@ -671,6 +670,12 @@ def _datatypes(info: ModelInfo, inputs: Mapping[str, Any]) -> dict[str, str]:
     if unknown:
         raise RequestError(info.name, "?", "", f"no input {unknown[0]!r}", "fatal")
     return types
+
+
+def fixed_size(spec: TensorSpec) -> bool:
+    """Whether an output's size is known before the answer (no -1 dimension, no strings): only such an output
+    can have room reserved in a request's shared memory region; the others always come back in the message."""
+    return spec.datatype != "STRING" and not any(d < 0 for d in spec.dims)
 
 
 def _raw(array: np.ndarray, datatype: str) -> bytes:

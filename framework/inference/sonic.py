@@ -49,7 +49,7 @@ from ..futures import gather
 from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
 from .breaker import BreakerSettings
-from .connection import ServerConnection, ServerSpec
+from .connection import ServerConnection, ServerSpec, fixed_size
 from .repository import ModelInfo, ModelRepository
 from .server_statistics import compute_ns
 from .servers import ServerPool
@@ -223,15 +223,18 @@ class SonicClient(InferenceClient):
                      received: dict[str, np.ndarray] | None = None) -> None:
         """Tensor bytes of one request as sent (every try counts: each crossed the wire) or of its answer;
         those in system shared memory (the connection stages a request there when it has a pool and the
-        inputs reach its threshold, and outputs that reach it come back there too) also count as ``shm_bytes``."""
+        inputs reach its threshold, and fixed-size outputs that reach it come back there too: the rule of
+        ``ServerConnection._stage``) also count as ``shm_bytes``."""
         if attempt.nbytes < 0:
             attempt.nbytes = payload_bytes(attempt.inputs)
         threshold = getattr(connection, "shm_min_bytes", 0)
         if sent is not None:
             size = shared = attempt.nbytes
         else:
-            sizes = [payload_bytes({name: array}) for name, array in (received or {}).items()]
-            size, shared = sum(sizes), sum(n for n in sizes if n >= threshold)
+            fixed = {spec.name for spec in attempt.info.outputs if fixed_size(spec)}
+            sizes = [(name in fixed, payload_bytes({name: array})) for name, array in (received or {}).items()]
+            size = sum(n for _, n in sizes)
+            shared = sum(n for in_region, n in sizes if in_region and n >= threshold)
         staged = getattr(connection, "shm", None) is not None and attempt.nbytes >= threshold
         key = "bytes_sent" if sent is not None else "bytes_received"
         self.counters.add(attempt.info.name, **{key: size, "shm_bytes": shared if staged else 0})

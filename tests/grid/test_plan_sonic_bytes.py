@@ -54,3 +54,23 @@ def test_auto_stages_large_inputs_and_reads_small_outputs_from_the_message(serve
         direct.close()
     assert counters["bytes_sent"] == points.nbytes and counters["bytes_received"] == score.nbytes
     assert counters["shm_bytes"] == points.nbytes
+
+
+def test_an_output_of_unknown_size_is_counted_as_coming_back_in_the_message(tmp_path):
+    """Room in a request's region is reserved only for outputs whose size is known beforehand: Exa.TrkX's
+    embedding (one row per hit, ``dims: [-1, 8]``) comes back in the gRPC message even when it is larger than
+    the threshold, and is not counted as shared memory (only the staged input is)."""
+    from sonic_hep.framework.inference.service import resolve_repository
+
+    features = np.random.default_rng(7).normal(size=(1000, 9)).astype(np.float32)  # 36 kB: staged
+    with TritonServer([resolve_repository("data/models/exatrkx")], models=["exatrkx_embedding"],
+                      workdir=tmp_path / "server") as exatrkx:
+        client = sonic_client([exatrkx.grpc_url], shared_memory="auto")
+        try:
+            embedding = client.infer("exatrkx_embedding", {"features": features}).result(60)["embedding"]
+            counters = client.statistics()["models"]["exatrkx_embedding"]
+        finally:
+            client.close()
+    assert embedding.shape == (1000, 8) and embedding.nbytes >= 16 * 1024
+    assert counters["bytes_sent"] == features.nbytes and counters["bytes_received"] == embedding.nbytes
+    assert counters["shm_bytes"] == features.nbytes
