@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -103,6 +104,20 @@ def build_cached(folders: list[Path], key: str, filename: str, pattern: str, mak
         except OSError as err:
             problems.append(f"{folder}: {err}")
     raise OSError("; ".join(problems))
+
+
+def compile_library(command: list[str], source: str, error: type[Exception],
+                    explain: Callable[[str], str | None] = lambda stderr: None) -> None:
+    """Runs the compiler ``command`` (its first word) that builds ``source``; a failure raises ``error`` with
+    one line: ``explain(stderr)`` when it has one (a missing library, say), else the compiler's first error."""
+    name = Path(command[0]).name
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise error(f"{name} took more than 300 s to compile {source}") from None
+    if done.returncode != 0:
+        first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
+        raise error(explain(done.stderr) or f"{name} failed to compile {source}: {first[:300]}")
 
 
 class BuildOnce:

@@ -647,3 +647,19 @@ def test_building_the_preload_library_prunes_old_builds_of_both_layouts(tmp_path
         private_memory.preload_library.cache_clear()
     assert built is not None and Path(built).parent.parent == folder
     assert not stale_file.exists() and not stale_dir.exists() and recent.exists()
+
+
+def test_a_failed_compile_is_one_line_with_the_compilers_first_error(tmp_path):
+    """``library_cache.compile_library``, which builds the native backend and the transport: the compiler's first
+    error line, or what ``explain`` makes of its output."""
+    from sonic_hep.framework.inference.library_cache import compile_library
+
+    fake = tmp_path / "fake-cxx"
+    fake.write_text("#!/bin/sh\necho 'In file included from x.cc:1:' >&2\necho 'x.cc:3:1: error: boom' >&2\n"
+                    "echo 'x.cc:4:1: error: again' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"^fake-cxx failed to compile x\.cc: x\.cc:3:1: error: boom$"):
+        compile_library([str(fake), "x.cc"], "x.cc", RuntimeError)
+    with pytest.raises(RuntimeError, match=r"^no libfoo$"):
+        compile_library([str(fake), "x.cc"], "x.cc", RuntimeError,
+                        lambda stderr: "no libfoo" if "boom" in stderr else None)

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..library_cache import BuildOnce, build_cached, library_cache_folders
+from ..library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +89,9 @@ def _build(key: str) -> Path:
         raise TransportUnavailable(str(err)) from None
 
     def make(partial: Path) -> None:
-        command = [cxx, *FLAGS, str(HERE / "grpc_h2.cc"), "-o", str(partial), f"-l:{LIBRARY}"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            raise TransportUnavailable(f"{Path(cxx).name} took more than 300 s to compile grpc_h2.cc") from None
-        if done.returncode != 0:
-            if LIBRARY in done.stderr:
-                raise TransportUnavailable(f"no {LIBRARY} to link the compiled transport against "
-                                           "(apt-get install libnghttp2-14)")
-            first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
-            raise TransportUnavailable(f"{Path(cxx).name} failed to compile grpc_h2.cc: {first[:300]}")
+        compile_library([cxx, *FLAGS, str(HERE / "grpc_h2.cc"), "-o", str(partial), f"-l:{LIBRARY}"], "grpc_h2.cc",
+                        TransportUnavailable, lambda stderr: f"no {LIBRARY} to link the compiled transport against "
+                        "(apt-get install libnghttp2-14)" if LIBRARY in stderr else None)
         check(partial)
 
     try:

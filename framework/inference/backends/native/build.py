@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...library_cache import BuildOnce, build_cached, library_cache_folders
+from ...library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
 
 log = logging.getLogger(__name__)
 
@@ -149,14 +149,8 @@ def _build(library: Path, key: str) -> Path:
     cxx = compiler()
 
     def make(partial: Path) -> None:
-        command = [cxx, *FLAGS, f'-DSONIC_ORT_LIBRARY="{library}"', str(HERE / "backend.cc"), "-o", str(partial), "-ldl"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            raise NativeUnavailable(f"{Path(cxx).name} took more than 300 s to compile backend.cc") from None
-        if done.returncode != 0:
-            first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip())
-            raise NativeUnavailable(f"{Path(cxx).name} failed to compile backend.cc: {first[:300]}")
+        compile_library([cxx, *FLAGS, f'-DSONIC_ORT_LIBRARY="{library}"', str(HERE / "backend.cc"), "-o", str(partial),
+                         "-ldl"], "backend.cc", NativeUnavailable)
         check(partial)
 
     try:
