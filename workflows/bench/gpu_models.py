@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -67,7 +66,7 @@ from ...framework.inference.repository import ModelInfo, ModelRepository
 from ...framework.inference.runtime_repository import write_entry
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
-from ._machine import machine_description
+from ._machine import bench_command, machine_description
 
 #: the shared folder beside a development checkout (CMS's models; absent in a user's checkout)
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "real"
@@ -566,7 +565,7 @@ def run(args: argparse.Namespace) -> int:
             if server is not None:
                 server.stop()
     report = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "command": " ".join(["sonic", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"] else "sonic bench gpu-models",
+              "command": bench_command("gpu-models"),
               "modes": modes, "device": args.device, "threads": args.threads, "instances": args.instances, "in_flight": args.in_flight,
               "served_precision": args.served_precision,
               "seconds_per_point": args.seconds, "fp16_tolerance": args.fp16_tolerance, "per_event": per_event,
