@@ -128,7 +128,8 @@ def pool_of(*servers: FakeServer) -> ServerPool:
 
 
 def send(client: SonicClient, value: float) -> Future:
-    return client._send(_Attempt(SimpleNamespace(name="m"), {"x": np.array([value])}, ["y"], Future()))
+    info = SimpleNamespace(name="m", outputs=[])  # what the client reads of a ModelInfo: its name and output specs
+    return client._send(_Attempt(info, {"x": np.array([value])}, ["y"], Future()))
 
 
 def test_a_hung_server_costs_threshold_deadlines_then_every_waiting_request_fails_over():
