@@ -196,8 +196,8 @@ class SonicClient(InferenceClient):
             self._abandon(connection)
         if err is None:
             answer = fut.result()
-            self._count_bytes(attempt, connection, received=answer)
-            try:
+            try:  # whatever fails here reaches the caller: a request is never left unanswered
+                self._count_bytes(attempt, connection, received=answer)
                 attempt.result.set_result(answer if attempt.finish is None else attempt.finish(answer))
             except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
                 attempt.result.set_exception(exc)

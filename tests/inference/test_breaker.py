@@ -278,3 +278,26 @@ def test_a_config_lookup_refused_for_the_request_itself_is_not_retried_elsewhere
             pool.model_info("m")
     finally:
         pool.close()
+
+
+def test_an_answer_the_client_cannot_account_for_still_reaches_the_caller():
+    # the byte counters read the answer before the caller gets it: a failure there once left the request
+    # unanswered (its Future never done), so the event waited forever
+    class Unreadable:
+        def __array__(self, *args, **kwargs):
+            raise ValueError("unreadable answer")
+
+    server = FakeServer("a:1")
+    server.send = lambda info, inputs, outputs: _answered({"y": Unreadable()})
+    client = SonicClient(pool_of(server), allowed_tries=3)
+    try:
+        with pytest.raises(ValueError, match="unreadable answer"):
+            send(client, 1.0).result(5)
+    finally:
+        client.close()
+
+
+def _answered(value: dict) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future

@@ -399,12 +399,17 @@ def test_a_bad_core_list_for_the_fallback_server_names_the_key(value):
         InferenceConfig.from_dict({"fallback_server": {"cpus": value}})
 
 
-def test_server_start_takes_the_backend_from_the_configuration(tmp_path):
+def test_server_start_takes_the_backend_from_the_configuration(tmp_path, monkeypatch):
     """``sonic server start --config`` uses the configuration's ``fallback_server.backend`` and ``.cpus`` unless
-    ``--backend`` / ``--cpus`` say otherwise."""
+    ``--backend`` / ``--cpus`` say otherwise; the configuration is read once for all of them."""
     import argparse
 
+    from sonic_hep.framework import config as cfgmod
     from sonic_hep.workflows.cli.server import _backend, _cpus
+
+    loads = []
+    load = cfgmod.load
+    monkeypatch.setattr(cfgmod, "load", lambda path, *a, **k: loads.append(path) or load(path, *a, **k))
 
     text = (PROJECT / "configs" / "demo_inference.yaml").read_text()
     config = tmp_path / "cfg.yaml"
@@ -416,6 +421,7 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path):
     assert _cpus(argparse.Namespace(cpus=None, config=str(config))) == [0]  # the configuration's cores
     assert _cpus(argparse.Namespace(cpus="0-1", config=str(config))) == [0, 1]  # --cpus wins
     assert _cpus(argparse.Namespace(cpus=None, config=None)) is None
+    assert loads == [str(config)]
 
 
 def test_a_bad_backend_in_the_configuration_names_the_key():

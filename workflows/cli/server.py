@@ -28,6 +28,7 @@ three still match, so a stale record (its process gone, its PID reused) never si
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -112,12 +113,16 @@ def _repositories(args: argparse.Namespace) -> list[str]:
 
 def _configured(args: argparse.Namespace) -> dict:
     """``services.inference.fallback_server`` of ``--config`` (checked as a job would), or {} without one."""
-    if not args.config:
-        return {}
+    return dict(_fallback_settings(args.config)) if args.config else {}
+
+
+@functools.cache
+def _fallback_settings(config: str) -> dict:
+    """Read once per command: several options (strict, backend, cpus) come from the same config."""
     from ...framework import config as cfgmod
     from ...framework.inference.service import InferenceConfig
 
-    raw = cfgmod.load(args.config).services.get("inference", {}) or {}
+    raw = cfgmod.load(config).services.get("inference", {}) or {}
     return dict(InferenceConfig.from_dict(raw).fallback_server) if raw.get("fallback_server") else {}
 
 
