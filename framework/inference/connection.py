@@ -53,7 +53,6 @@ from typing import Any
 import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
-import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
@@ -252,6 +251,13 @@ class ServerConnection:
         return out
 
     # -- data plane (non-blocking) ----------------------------------------------------------------------
+    def stages(self, inputs: Mapping[str, np.ndarray]) -> bool:
+        """Whether a request with these inputs goes through shared memory: with a pool, inputs of at least
+        ``shm_min_bytes`` together, and numbers only (strings go in the message, length-prefixed by gRPC's
+        serialiser; a region holds raw values)."""
+        return (self.shm is not None and sum(a.nbytes for a in inputs.values()) >= self.shm_min_bytes
+                and all(a.dtype.kind in "biuf" for a in inputs.values()))
+
     def send(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> Future:
         """Starts one request; the Future gives ``{output: array}`` or fails with a RequestError.
 
@@ -270,7 +276,7 @@ class ServerConnection:
                                    "not sending more to this server", "failover")
             request = pb.ModelInferRequest(model_name=info.name, model_version=self.model_versions.get(info.name, ""))
             slots: list[_OutputSlot] = []
-            if self.shm is not None and sum(a.nbytes for a in inputs.values()) >= self.shm_min_bytes:
+            if self.stages(inputs):
                 region, slots = self._stage(info, inputs, outputs, request)
             else:
                 types = _datatypes(info, inputs)
@@ -349,8 +355,7 @@ class ServerConnection:
         for index, output in enumerate(response.outputs):
             slot = by_name.get(output.name)
             if slot is not None:
-                got[output.name] = np.array(shm.get_contents_as_numpy(call.region.handle, slot.dtype,
-                                                                      list(output.shape), slot.offset))
+                got[output.name] = call.region.read(slot.dtype, list(output.shape), slot.offset)
                 continue
             data = raw[index] if index < len(raw) else b""
             if output.datatype == "BYTES":
@@ -490,13 +495,12 @@ class ServerConnection:
             shape = ([batch] if batch is not None else []) + list(specs[name].dims)
             sizes.append(math.prod(shape) * specs[name].dtype.itemsize)
         types = _datatypes(info, inputs)
-        arrays = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-        total = sum(aligned(a.nbytes) for a in arrays.values()) + sum(aligned(s) for s in sizes if s)
+        total = sum(aligned(a.nbytes) for a in inputs.values()) + sum(aligned(s) for s in sizes if s)
         region = self.shm.acquire(total)
         try:
             offset = 0
-            for name, array in arrays.items():
-                shm.set_shared_memory_region(region.handle, [array], offset)
+            for name, array in inputs.items():
+                region.write(array, offset)
                 tensor = request.inputs.add(name=name, datatype=types[name], shape=array.shape)
                 _in_region(tensor.parameters, region.name, array.nbytes, offset)
                 offset += aligned(array.nbytes)

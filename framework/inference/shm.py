@@ -20,9 +20,10 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 from typing import Any
 
-import tritonclient.utils.shared_memory as shm
+import numpy as np
 
 from .owner import ProcessId, sweep_shared_memory
 
@@ -51,12 +52,25 @@ def aligned(nbytes: int) -> int:
 
 @dataclass
 class Region:
-    """One registered region: Triton's name for it, the POSIX key, the mapped handle and its size."""
+    """One registered region: Triton's name for it, the POSIX key, the mapped memory and its size.
+
+    Tensors are copied in and out with numpy directly on the mapping (one ``copyto`` per tensor, which also
+    takes strided arrays without a second copy): this is on every request's path, where a general helper's
+    per-call checks and views cost more than the copy of a small tensor.
+    """
 
     name: str
     key: str
-    handle: Any
+    memory: shared_memory.SharedMemory
     size: int
+
+    def write(self, array: np.ndarray, offset: int) -> None:
+        """Copies a numeric tensor in, C order, at ``offset``."""
+        np.copyto(np.ndarray(array.shape, array.dtype, buffer=self.memory.buf, offset=offset), array, casting="no")
+
+    def read(self, dtype: np.dtype, shape: list[int], offset: int) -> np.ndarray:
+        """A copy of the tensor at ``offset`` (the region is lent to the next request once this one is read)."""
+        return np.ndarray(shape, dtype, buffer=self.memory.buf, offset=offset).copy()
 
 
 class SharedMemoryPool:
@@ -85,8 +99,8 @@ class SharedMemoryPool:
             size = max(_MIN_SIZE, 1 << (max(nbytes, 1) - 1).bit_length())
             number = next(_ids)
             name = f"sonic_{_owner_tag()}_{self.label}_{number}"
-            handle = shm.create_shared_memory_region(name, "/" + name, size, create_only=True)
-            region = Region(name, "/" + name, handle, size)
+            memory = shared_memory.SharedMemory(name, create=True, size=size)  # 0600, as every POSIX region here
+            region = Region(name, "/" + name, memory, size)
             self._all.append(region)
         try:
             self.client.register_system_shared_memory(region.name, region.key, region.size)
@@ -116,8 +130,9 @@ class SharedMemoryPool:
             if region in self._all:
                 self._all.remove(region)
         try:
-            shm.destroy_shared_memory_region(region.handle)
-        except Exception:  # noqa: BLE001 - already unlinked
+            region.memory.close()
+            region.memory.unlink()
+        except (OSError, BufferError):  # already unlinked, or a tensor view still open: the sweep removes it later
             pass
 
     def statistics(self) -> dict[str, int]:

@@ -222,9 +222,9 @@ class SonicClient(InferenceClient):
     def _count_bytes(self, attempt: _Attempt, connection: ServerConnection, sent: dict[str, np.ndarray] | None = None,
                      received: dict[str, np.ndarray] | None = None) -> None:
         """Tensor bytes of one request as sent (every try counts: each crossed the wire) or of its answer;
-        those in system shared memory (the connection stages a request there when it has a pool and the
-        inputs reach its threshold, and fixed-size outputs that reach it come back there too: the rule of
-        ``ServerConnection._stage``) also count as ``shm_bytes``."""
+        those in system shared memory (a request the connection stages, ``ServerConnection.stages``, and
+        its fixed-size outputs that reach the threshold: the rule of ``ServerConnection._stage``) also count
+        as ``shm_bytes``."""
         if attempt.nbytes < 0:
             attempt.nbytes = payload_bytes(attempt.inputs)
         threshold = getattr(connection, "shm_min_bytes", 0)
@@ -235,7 +235,7 @@ class SonicClient(InferenceClient):
             sizes = [(name in fixed, payload_bytes({name: array})) for name, array in (received or {}).items()]
             size = sum(n for _, n in sizes)
             shared = sum(n for in_region, n in sizes if in_region and n >= threshold)
-        staged = getattr(connection, "shm", None) is not None and attempt.nbytes >= threshold
+        staged = hasattr(connection, "stages") and connection.stages(attempt.inputs)
         key = "bytes_sent" if sent is not None else "bytes_received"
         self.counters.add(attempt.info.name, **{key: size, "shm_bytes": shared if staged else 0})
 

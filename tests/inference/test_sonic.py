@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sonic_hep.framework.errors import InferenceError
+from sonic_hep.framework.inference.connection import ServerConnection, ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.server import free_port
 from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError
@@ -52,10 +53,26 @@ def test_sonic_equals_direct_for_every_transport(demo_server, demo_repository, d
     try:
         x = rng.standard_normal((50, 16)).astype(np.float32)
         assert_same(client.infer("demo_mlp", {"x": x}).result(30), direct.run("demo_mlp", {"x": x}))
+        strided = rng.standard_normal((50, 32)).astype(np.float32)[:, ::2]  # a view, not C-contiguous
+        assert_same(client.infer("demo_mlp", {"x": strided}).result(30),
+                    direct.run("demo_mlp", {"x": np.ascontiguousarray(strided)}))
         if shared_memory == "on":
             assert client.pool.states[0].connection.shm.statistics()["regions"] >= 1
     finally:
         client.close()
+
+
+def test_only_numbers_go_through_shared_memory():
+    """A region holds raw values; a string tensor needs gRPC's length-prefixed form, so it goes in the message
+    (staged, it once failed the request)."""
+    connection = ServerConnection(ServerSpec("127.0.0.1:1"), shared_memory="on", transport="grpcio")
+    try:
+        numbers = {"x": np.zeros((4, 16), np.float32), "n": np.ones(4, np.int64), "ok": np.ones(4, bool)}
+        assert connection.stages(numbers)
+        assert not connection.stages({"x": np.array([b"a", b"bc"], dtype=object)})
+        assert not connection.stages({**numbers, "name": np.array([b"a"] * 4, dtype=np.bytes_)})
+    finally:
+        connection.close()
 
 
 def test_a_batch_over_max_batch_size_is_split_and_reassembled_in_order(sonic, direct, rng):
