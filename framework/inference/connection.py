@@ -253,8 +253,8 @@ class ServerConnection:
     # -- data plane (non-blocking) ----------------------------------------------------------------------
     def stages(self, inputs: Mapping[str, np.ndarray]) -> bool:
         """Whether a request with these inputs goes through shared memory: with a pool, inputs of at least
-        ``shm_min_bytes`` together, and numbers only (strings go in the message, length-prefixed by gRPC's
-        serialiser; a region holds raw values)."""
+        ``shm_min_bytes`` together, and numbers only (a region holds raw values; strings go in the message, in
+        Triton's length-prefixed form)."""
         return (self.shm is not None and sum(a.nbytes for a in inputs.values()) >= self.shm_min_bytes
                 and all(a.dtype.kind in "biuf" for a in inputs.values()))
 

@@ -130,9 +130,12 @@ class SharedMemoryPool:
             if region in self._all:
                 self._all.remove(region)
         try:
+            region.memory.unlink()  # first: the name goes even if the mapping cannot be closed yet
+        except OSError:  # already unlinked
+            pass
+        try:
             region.memory.close()
-            region.memory.unlink()
-        except (OSError, BufferError):  # already unlinked, or a tensor view still open: the sweep removes it later
+        except BufferError:  # a tensor view still open: the mapping goes with it
             pass
 
     def statistics(self) -> dict[str, int]:
