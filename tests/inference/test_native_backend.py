@@ -405,7 +405,7 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path, monkeyp
     import argparse
 
     from sonic_hep.framework import config as cfgmod
-    from sonic_hep.workflows.cli.server import _backend, _cpus
+    from sonic_hep.workflows.cli.server import _backend, _cpus, _repositories
 
     loads = []
     load = cfgmod.load
@@ -421,6 +421,7 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path, monkeyp
     assert _cpus(argparse.Namespace(cpus=None, config=str(config))) == [0]  # the configuration's cores
     assert _cpus(argparse.Namespace(cpus="0-1", config=str(config))) == [0, 1]  # --cpus wins
     assert _cpus(argparse.Namespace(cpus=None, config=None)) is None
+    assert _repositories(argparse.Namespace(repository=None, config=str(config)))  # the same read, not another
     assert loads == [str(config)]
 
 

@@ -102,10 +102,7 @@ def _repositories(args: argparse.Namespace) -> list[str]:
 
     paths = list(args.repository or [])
     if args.config:
-        from ...framework import config as cfgmod
-
-        cfg = cfgmod.load(args.config)
-        paths += list(cfg.services.get("inference", {}).get("repository", []) or [])
+        paths += list(_inference_settings(args.config).get("repository", []) or [])
     if not paths:
         raise SonicError("give --repository DIR (repeatable) or --config CONFIG with services.inference.repository")
     return [resolve_repository(p) for p in paths]
@@ -117,12 +114,19 @@ def _configured(args: argparse.Namespace) -> dict:
 
 
 @functools.cache
-def _fallback_settings(config: str) -> dict:
-    """Read once per command: several options (strict, backend, cpus) come from the same config."""
+def _inference_settings(config: str) -> dict:
+    """``services.inference`` of ``config``, read once per command: the repositories and several options
+    (strict, backend, cpus) all come from it."""
     from ...framework import config as cfgmod
+
+    return cfgmod.load(config).services.get("inference", {}) or {}
+
+
+@functools.cache
+def _fallback_settings(config: str) -> dict:
     from ...framework.inference.service import InferenceConfig
 
-    raw = cfgmod.load(config).services.get("inference", {}) or {}
+    raw = _inference_settings(config)
     return dict(InferenceConfig.from_dict(raw).fallback_server) if raw.get("fallback_server") else {}
 
 
