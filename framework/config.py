@@ -39,6 +39,11 @@ COMMAND_LINE = "<command line>"
 MAX_THREADS = 1024
 #: each stream holds its own module instances; more than this exhausts memory before it helps
 MAX_STREAMS = 4096
+#: more events per call than this is a typo: a batch is held in memory whole
+MAX_EVENTS_PER_CALL = 1_000_000
+#: the most events per call the scheduler chooses by itself: past a few hundred events a call's fixed
+#: cost is already spread thin, and larger batches only delay the first output and hold more memory
+AUTO_EVENTS_PER_CALL = 500
 
 
 class LineDict(dict):
@@ -162,10 +167,20 @@ class OutputConfig:
 
 @dataclass
 class Options:
-    """How the job runs: events in flight (streams), worker threads, random seed, progress bar."""
+    """How the job runs: batches in flight (streams), worker threads, events per module call, random seed,
+    progress bar.
+
+    ``events_per_call`` is how many consecutive events form one batch: a columnar module is called once per
+    batch, an inference request carries the batch's objects. 0 lets the scheduler choose it so that the
+    batches in flight fit ``memory_mb`` (each module declares the memory one event needs in it); 1 is one
+    event per call, CMSSW's granularity.
+    """
 
     streams: int = field(default=1, metadata=limits(min=1, max=MAX_STREAMS))
     threads: int = field(default=1, metadata=limits(min=1, max=MAX_THREADS))
+    events_per_call: int = field(default=0, metadata=limits(min=0, max=MAX_EVENTS_PER_CALL,
+                                                              hint=" (0 means chosen within memory_mb)"))
+    memory_mb: int = field(default=2000, metadata=limits(min=1))
     seed: int = 1
     progress: bool = True
 

@@ -9,11 +9,12 @@ the DAG honest: a module cannot silently depend on something the scheduler does 
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .batch import Batch, PerEvent, freeze
 
 if TYPE_CHECKING:  # pragma: no cover
     from .module import Module
@@ -61,22 +62,29 @@ class Chunk:
 
 
 class Event:
-    """One event in flight: a position in a chunk plus the products put so far.
+    """One event of a batch in flight: a position in its :class:`~.batch.Batch`.
+
+    Products live in the batch (a columnar module puts one array over the batch's events); an event reads
+    its own entry of each.
 
     Args:
-        chunk (Chunk): the chunk holding its input columns.
-        i (int): the position inside the chunk.
-        stream (int): the stream (set of module instances) processing it.
-        seed (int): the job's random seed, combined with the event index for :meth:`EventView.rng`.
+        batch (Batch): the batch holding its input columns and products.
+        k (int): its position inside the batch.
     """
 
-    __slots__ = ("chunk", "i", "index", "stream", "products", "seed", "_id")
+    __slots__ = ("batch", "k", "chunk", "i", "index", "stream", "seed", "_id")
 
-    def __init__(self, chunk: Chunk, i: int, stream: int = 0, seed: int = 0):
-        self.chunk, self.i, self.stream, self.seed = chunk, i, stream, seed
-        self.index = chunk.first_index + i
-        self.products: dict[str, Any] = {}
+    def __init__(self, batch: Batch, k: int):
+        self.batch, self.k = batch, k
+        self.chunk, self.stream, self.seed = batch.chunk, batch.stream, batch.seed
+        self.i = batch.start + k
+        self.index = batch.first_index + k
         self._id: EventID | None = None
+
+    @classmethod
+    def alone(cls, chunk: Chunk, i: int, stream: int = 0, seed: int = 0) -> Event:
+        """Entry ``i`` of ``chunk`` as a batch of its own (for code that runs modules outside the scheduler)."""
+        return cls(Batch(chunk, i, 1, stream, seed), 0)
 
     @property
     def id(self) -> EventID:
@@ -84,25 +92,33 @@ class Event:
             self._id = self.chunk.event_id(self.i)
         return self._id
 
+    @property
+    def products(self) -> dict[str, Any]:
+        """This event's products by key (its entries of the batch's products)."""
+        return {key: product.at(self.k) for key, product in self.batch.products.items() if product.covers(self.k)}
+
     def get(self, key: str) -> Any:
         """Returns a product or a view of the input column ``key`` for this event (``KeyError`` if absent)."""
-        products = self.products
-        if key in products:
-            return products[key]
+        product = self.batch.products.get(key)
+        if product is not None:
+            return product.at(self.k)
         return self.chunk.columns[key][self.i]
 
     def has(self, key: str) -> bool:
-        return key in self.products or key in self.chunk.columns
+        product = self.batch.products.get(key)
+        if product is not None:
+            return product.covers(self.k)
+        return key in self.chunk.columns
 
-
-def freeze(value: Any) -> Any:
-    """Makes a product read-only where Python allows it (numpy arrays and dicts of them)."""
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    elif isinstance(value, dict):
-        for item in value.values():
-            freeze(item)
-    return value
+    def put(self, key: str, value: Any) -> None:
+        """Stores product ``key`` for this event (the caller has checked the module declares it)."""
+        products = self.batch.products
+        product = products.get(key)
+        if product is None:
+            product = products[key] = PerEvent(self.batch.size)
+        elif not isinstance(product, PerEvent) or product.covers(self.k):
+            raise KeyError(f"product {key!r} was already put; products are immutable")
+        product.values[self.k] = freeze(value)
 
 
 class EventView:
@@ -153,22 +169,11 @@ class EventView:
         if instance not in self._module.outputs():
             raise KeyError(f"module '{label}' puts {instance!r}, which it does not declare "
                            f"(declared: {sorted(self._module.outputs())})")
-        key = f"{label}:{instance}"
-        products = self._event.products
-        if key in products:
-            raise KeyError(f"product {key!r} was already put; products are immutable")
-        products[key] = freeze(value)
+        self._event.put(f"{label}:{instance}", value)
 
     def rng(self) -> np.random.Generator:
         """A random generator seeded by (job seed, event identity, module label): reproducible whatever
-        the number of streams and threads, different for each module and event.
-
-        The identity is the event's run/luminosityBlock/event numbers when the source has them (the
-        empty source numbers events 1..N), else its index in the job; so a task split into jobs
-        (``sonic submit``) draws the same numbers as one process over all events.
-        """
-        label_hash = zlib.crc32(self._module.label.encode())
+        the number of streams, threads and events per call, different for each module and event (see
+        :meth:`~.batch.Batch.event_rng`)."""
         event = self._event
-        ids = event.chunk.ids
-        identity = [int(ids[name][event.i]) for name in ("run", "luminosityBlock", "event") if name in ids]
-        return np.random.default_rng([event.seed, *(identity or [event.index]), label_hash])
+        return event.batch.event_rng(event.k, self._module.label)

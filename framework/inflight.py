@@ -6,10 +6,11 @@ a table):
 
 * :class:`Plan`: the module graph as index lists (upstream counts, dependents, roots, what a filter
   skips), computed once per job.
-* :class:`EventProgress`: one event's progress through the plan: which modules became ready when one
-  finished, whether the event is complete, what its filters decided.
-* :class:`Flight`: the events in flight: which stream is free, and the reorder buffer that hands
-  finished events back in input order, so the output is the same whatever the streams and threads.
+* :class:`BatchProgress`: one batch's progress through the plan: which modules became ready when one
+  finished, whether the batch is complete, which events its filters rejected (and so which events each
+  module still runs on).
+* :class:`Flight`: the batches in flight: which stream is free, and the reorder buffer that hands
+  finished batches back in input order, so the output is the same whatever the streams and threads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
+
+import numpy as np
 
 from .graph import ModuleGraph
 
@@ -64,38 +67,53 @@ class Finished(NamedTuple):
     complete: bool
 
 
-class EventProgress:
-    """One event's progress through a :class:`Plan`.
+class BatchProgress:
+    """One batch's progress through a :class:`Plan`: the modules done, and which events each module still
+    runs on (a filter removes the events it rejects from the modules it guards).
 
-    Finishing a module is safe from several worker threads (independent modules of one event run
-    concurrently); nothing else here needs a lock: a module's skip mark is set by its filter, which
-    finishes before the module can become ready.
+    Finishing a module is safe from several worker threads (independent modules of one batch run
+    concurrently); a rejection is recorded under the same lock, since two independent filters may guard
+    the same module.
     """
 
-    __slots__ = ("event", "plan", "remaining", "pending", "skip", "passed", "acquired_at", "_lock")
+    __slots__ = ("batch", "plan", "remaining", "pending", "removed", "passed", "acquired_at", "_lock")
 
-    def __init__(self, event: Any, plan: Plan):
-        self.event = event
+    def __init__(self, batch: Any, plan: Plan):
+        self.batch = batch
         self.plan = plan
         #: upstream modules each module still waits for
         self.remaining = list(plan.deps)
         #: modules not finished yet (skipped ones included: they finish without running)
         self.pending = len(plan.deps)
-        #: modules that must not run: a filter upstream rejected the event
-        self.skip: set[int] = set()
-        #: whether every filter that ran accepted the event
-        self.passed = True
+        #: per module guarded by a filter that rejected something: which batch positions it must not run on
+        self.removed: dict[int, np.ndarray] = {}
+        #: per event: whether every filter that ran accepted it
+        self.passed = np.ones(batch.size, dtype=bool)
         #: when each external work's request went out (perf_counter), for the "wait" time
         self.acquired_at: dict[int, float] = {}
         self._lock = threading.Lock()
 
-    def reject(self, i: int) -> None:
-        """Filter ``i`` rejected the event: it is not written, and the modules it guards do not run."""
-        self.passed = False
-        self.skip |= self.plan.skips[i]
+    def active(self, i: int) -> np.ndarray | None:
+        """The batch positions module ``i`` runs on: ``None`` for all (no filter removed any), else the
+        positions in order (empty: the module is skipped)."""
+        removed = self.removed.get(i)
+        return None if removed is None else np.flatnonzero(~removed)
+
+    def reject(self, i: int, positions: np.ndarray) -> None:
+        """Filter ``i`` rejected the events at ``positions``: they are not written, and the modules the
+        filter guards do not run on them."""
+        if not len(positions):
+            return
+        with self._lock:
+            self.passed[positions] = False
+            for j in self.plan.skips[i]:
+                removed = self.removed.get(j)
+                if removed is None:
+                    removed = self.removed[j] = np.zeros(self.batch.size, dtype=bool)
+                removed[positions] = True
 
     def finish(self, i: int) -> Finished:
-        """Module ``i`` is done (or skipped) for this event."""
+        """Module ``i`` is done (or skipped) for this batch."""
         ready = []
         with self._lock:
             remaining = self.remaining
@@ -109,10 +127,10 @@ class EventProgress:
 
 
 class Flight(Generic[T]):
-    """The events in flight: at most one per stream, handed back in input order.
+    """The batches in flight: at most one per stream, handed back in input order.
 
     Args:
-        streams: how many events may be in flight at once.
+        streams: how many batches may be in flight at once.
     """
 
     def __init__(self, streams: int):
@@ -121,16 +139,16 @@ class Flight(Generic[T]):
         self.in_flight = 0
         #: events handed back so far
         self.processed = 0
-        #: the index of the next event to hand back (None before the first start)
+        #: the index of the first event of the next batch to hand back (None before the first start)
         self.next: int | None = None
-        #: finished events that wait for an earlier one, by event index
-        self.waiting: dict[int, T] = {}
+        #: finished batches that wait for an earlier one, by their first event's index, with their size
+        self.waiting: dict[int, tuple[T, int]] = {}
 
     def can_start(self) -> bool:
         return bool(self.free)
 
     def start(self, index: int) -> int:
-        """Event ``index`` starts; returns its stream. Events start in input order."""
+        """The batch whose first event is ``index`` starts; returns its stream. Batches start in input order."""
         if not self.free:
             raise RuntimeError(f"event {index} started with every stream busy")  # a scheduler bug
         if self.next is None:
@@ -138,14 +156,16 @@ class Flight(Generic[T]):
         self.in_flight += 1
         return self.free.popleft()
 
-    def done(self, index: int, stream: int, item: T) -> list[T]:
-        """Event ``index`` on ``stream`` is complete; returns the events now due, in input order."""
+    def done(self, index: int, stream: int, item: T, size: int = 1) -> list[T]:
+        """The batch of ``size`` events from ``index`` on ``stream`` is complete; returns the batches now due,
+        in input order."""
         self.free.append(stream)
         self.in_flight -= 1
-        self.waiting[index] = item
+        self.waiting[index] = (item, size)
         due = []
         while self.next in self.waiting:
-            due.append(self.waiting.pop(self.next))
-            self.next += 1
-        self.processed += len(due)
+            item, size = self.waiting.pop(self.next)
+            due.append(item)
+            self.next += size
+            self.processed += size
         return due

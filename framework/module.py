@@ -9,7 +9,23 @@ modules own neither.
 Each stream gets its own instance of a module unless the class sets ``shared = True`` (then one
 instance serves all streams and must be thread-safe).
 
-A copy-paste skeleton of each kind::
+A module works on one event per call (CMSSW's idiom, the default) or, with ``columnar = True``, on a batch
+of events per call (coffea's idiom: each consumed key is one awkward array with an entry per event). In
+Python the cost is per call, so columnar modules are the fast path; both kinds mix in one DAG, and the
+framework stacks and slices products between them. A columnar skeleton::
+
+    class JetPtSum(Producer):
+        columnar = True
+        jets = InputTag("Jet", fields=("pt",))
+        ht = Output("sum of jet pt in GeV (float)")
+
+        def produce(self, events):                      # events: EventBatch, len(events) events
+            events.put("ht", ak.to_numpy(ak.sum(events.get(self.jets).pt, axis=1)))
+
+A columnar Filter returns a boolean mask with one entry per event; a columnar ExternalWork's ``acquire``
+sends the whole batch's objects in one request (the client splits it at the model's max_batch_size).
+
+A copy-paste skeleton of each kind, per event::
 
     class JetPtSum(Producer):
         \"\"\"Scalar sum of jet pt per event.\"\"\"
@@ -63,6 +79,12 @@ class Module(abc.ABC):
     requires: ClassVar[tuple[str, ...]] = ()
     #: short kind name shown by ``sonic describe`` and the timing report
     kind: ClassVar[str] = "module"
+    #: the methods take a batch of events (:class:`~.batch.EventBatch`: each consumed key as one array with an
+    #: entry per event, one array put per product) instead of one event: the fast path in Python, where the
+    #: cost is per call; per-event modules (the default) keep CMSSW's idiom
+    columnar: ClassVar[bool] = False
+    #: memory one event in flight needs in this module (MB), for the scheduler's choice of events per call
+    memory_per_event_mb: ClassVar[float] = 1.0
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -144,7 +166,8 @@ class Module(abc.ABC):
     def describe(cls) -> str:
         """Multi-line description for ``sonic describe``."""
         doc = (cls.__doc__ or "").strip()
-        lines = [f"{cls.__name__} ({cls.kind}) — {cls.__module__}", ""]
+        granularity = "columnar: many events per call" if cls.columnar else "per event"
+        lines = [f"{cls.__name__} ({cls.kind}, {granularity}) — {cls.__module__}", ""]
         if doc:
             lines += ["  " + line.strip() for line in doc.splitlines()] + [""]
         params = cls.parameters()

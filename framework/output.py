@@ -1,6 +1,7 @@
 """ROOT output: chosen products written with uproot, in chunks, under a temporary name.
 
-Per-event products are gathered into chunk-level awkward arrays and written NanoAOD-style: a jagged
+Products are gathered into arrays over the written events (a columnar module's arrays are cut and joined,
+per-event values stacked by :func:`~.batch.stack`) and written NanoAOD-style: a jagged
 collection ``X`` with fields becomes a counter ``nX`` and branches ``X_<field>``; a fixed-size inner
 dimension inside a jagged list (``var * 4 * float32``, which uproot cannot write there) becomes one
 branch per component (``X_probs_0`` ... ``X_probs_3``).
@@ -17,14 +18,14 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Iterable, Sequence
-from numbers import Number
+from collections.abc import Iterable
 from typing import Any
 
 import awkward as ak
 import numpy as np
 
 from .atomic import check_target
+from .batch import PerEvent, concatenate, stack
 from .config import OutputConfig
 from .errors import OutputError
 from .event import Event
@@ -35,45 +36,6 @@ log = logging.getLogger(__name__)
 def branch_name(key: str) -> str:
     """Default branch name of an event key: ``"pnet:probs"`` → ``"pnet_probs"``; branches keep their name."""
     return key.replace(":", "_")
-
-
-def _stack_numpy(values: Sequence[np.ndarray]) -> Any:
-    shapes = {v.shape for v in values}
-    if len(shapes) == 1:
-        return np.stack(values) if values else np.zeros(0)
-    counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-    inner = {v.shape[1:] for v in values}
-    if len(inner) != 1:
-        raise OutputError(f"per-event arrays differ in inner shape {sorted(inner)}; only the first dimension may vary")
-    return ak.unflatten(np.concatenate(values), counts)
-
-
-def _jagged(values: Sequence[np.ndarray]) -> Any:
-    counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-    return ak.unflatten(np.concatenate(values), counts)
-
-
-def to_chunk_array(values: Sequence[Any]) -> Any:
-    """Turns one product's per-event values into one array over the events (numpy or awkward).
-
-    Accepts numbers, numpy arrays (same shape → regular; first dimension varying → jagged), dicts of
-    those (→ records), and awkward arrays/records.
-    """
-    first = values[0]
-    if isinstance(first, (Number, np.generic, bool)):
-        return np.asarray(values)
-    if isinstance(first, np.ndarray):
-        return _stack_numpy(values)
-    if isinstance(first, dict):
-        # a dict of per-event arrays is a collection (nX + X_field): jagged even when every event of
-        # the chunk happens to have the same length (a chunk of one event, say)
-        fields = {name: _jagged([v[name] for v in values]) if isinstance(first[name], np.ndarray) and first[name].ndim
-                  else to_chunk_array([v[name] for v in values]) for name in first}
-        return ak.zip(fields, depth_limit=1 if all(f.ndim == 1 for f in fields.values()) else 2)
-    if isinstance(first, ak.Array):
-        counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
-        return ak.unflatten(ak.concatenate(values), counts)
-    return ak.from_iter(values)
 
 
 def writable(name: str, array: Any) -> dict[str, Any]:
@@ -164,17 +126,36 @@ class RootOutput:
         for key, name in self.columns.items():
             parts = [chunk.columns[key][sel] for chunk, sel in groups]
             branches.update(writable(name, parts[0] if len(parts) == 1 else ak.concatenate(parts)))
+        batches = self._batch_groups()
         for key, name in self.products.items():
             try:
-                values = [e.products[key] for e in events]
+                array = self._product(key, batches)
             except KeyError:
                 raise OutputError(f"product {key!r} is missing in an event that passed the filters "
                                   f"(is its producer after a filter that skipped it?)") from None
             try:
-                branches.update(writable(name, to_chunk_array(values)))
+                branches.update(writable(name, array))
             except OutputError as err:
                 raise OutputError(f"cannot write {key!r}: {err}") from None
         return branches
+
+    def _batch_groups(self) -> list[tuple[Any, np.ndarray]]:
+        """The buffered events as (batch, positions in it), in order."""
+        groups = []
+        for batch, members in itertools.groupby(self._events, key=lambda e: e.batch):
+            groups.append((batch, np.fromiter((e.k for e in members), dtype=np.int64)))
+        return groups
+
+    @staticmethod
+    def _product(key: str, batches: list[tuple[Any, np.ndarray]]) -> Any:
+        """Product ``key`` over the buffered events: per-event values stacked together (one rule for a whole
+        basket, as always), a columnar module's arrays cut to the written events and joined."""
+        stored = [(batch.products[key], positions) for batch, positions in batches]
+        if isinstance(stored[0][0], PerEvent):
+            return stack([product.at(int(k)) for product, positions in stored for k in positions])
+        parts = [product.take(None if len(positions) == batch.size and product.positions is None else positions)
+                 for (product, positions), (batch, _) in zip(stored, batches)]
+        return concatenate(parts)
 
     def flush(self) -> None:
         """Writes the buffered events as one basket per branch."""

@@ -14,6 +14,7 @@ writes (the ROOT output, the timing JSON) is checked and created under a tempora
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import platform
 import signal
@@ -26,7 +27,7 @@ from typing import Any
 
 from . import graph as dag
 from .atomic import PendingText
-from .config import ProcessConfig
+from .config import AUTO_EVENTS_PER_CALL, ProcessConfig
 from .event import Event
 from .errors import ConfigError, OutputError, ParamError, SonicError
 from .module import Analyzer, Module
@@ -155,8 +156,23 @@ class Process:
         self.prototypes = {label: proto[label] for label in self.graph.order}
         self.output_products, self.output_columns = self._output_selection()
         self.requests = self._source_requests()
-        self.source = make_source(config.source, self.requests) if open_source else None
+        self.events_per_call = self._events_per_call()
+        # batches never span two chunks: a chunk holds at least one batch
+        source = config.source if config.source.chunk_size >= self.events_per_call else \
+            dataclasses.replace(config.source, chunk_size=self.events_per_call)
+        self.source = make_source(source, self.requests) if open_source else None
         self.services = self._make_services()
+
+    def _events_per_call(self) -> int:
+        """``options.events_per_call``, or when it is 0 the most events per call (up to
+        :data:`~.config.AUTO_EVENTS_PER_CALL`) whose batches in flight fit ``options.memory_mb``, from the
+        memory each module declares one event needs in it."""
+        options = self.config.options
+        if options.events_per_call:
+            return options.events_per_call
+        per_event = max((m.memory_per_event_mb for m in self.prototypes.values()), default=1.0)
+        fits = int(options.memory_mb // (per_event * options.streams))
+        return max(1, min(AUTO_EVENTS_PER_CALL, fits))
 
     # -- validation ----------------------------------------------------------------------------------
     def _module_type(self, mc: Any) -> type[Module]:
@@ -347,7 +363,8 @@ class Process:
     def _process(self, streams: list[dict[str, Module]], timing: Timing, emitter: _Emitter) -> int:
         """Every event of the source through the modules; returns how many were processed."""
         options = self.config.options
-        scheduler = Scheduler(self.graph, streams, options.threads, timing, options.seed)
+        scheduler = Scheduler(self.graph, streams, options.threads, timing, options.seed, self.events_per_call)
+        timing.events_per_call = self.events_per_call
         timing.start = time.perf_counter()
 
         def emit(event: Any, passed: bool) -> None:

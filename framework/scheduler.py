@@ -1,22 +1,27 @@
-"""The scheduler: S events in flight on T worker threads, modules run as soon as their inputs exist.
+"""The scheduler: S batches of events in flight on T worker threads, modules run as soon as their inputs exist.
 
-How it works (a task-based design, like CMSSW's TBB scheduler in miniature):
+How it works (a task-based design, like CMSSW's TBB scheduler in miniature, over batches of events):
 
-* The main thread takes events from the source and starts each on a free *stream* (a set of module
-  instances); at most S events are in flight.
-* A module becomes *ready* for an event when all its upstream modules have finished for that event.
+* The main thread cuts the source's chunks into batches of ``events_per_call`` consecutive events and
+  starts each on a free *stream* (a set of module instances); at most S batches are in flight.
+* A module becomes *ready* for a batch when all its upstream modules have finished for that batch.
   Ready modules go to one queue served by T worker threads; a worker that finishes a module runs one
   of the newly ready modules itself (no queue round trip) and queues the others, so independent
-  modules of one event run concurrently.
+  modules of one batch run concurrently.
+* A columnar module is called once for the batch (:class:`~.batch.EventBatch`); a per-event module once
+  per event of it (:class:`~.event.EventView`), exactly as with one event per batch. A filter removes the
+  events it rejects from the modules it guards; a module left with no event is not called.
 * ``ExternalWork.acquire`` returns an awaitable; the worker attaches a callback and goes on with other
   work. When the result is in, ``produce`` is queued like any ready module. No thread waits on it.
-* Finished events are handed back in input order (a reorder buffer of at most S events), so the output
-  is identical whatever S and T are.
+* Finished batches are handed back in input order (a reorder buffer of at most S batches), so the output
+  is identical whatever S, T and the batch size are.
 * The first exception stops the run: it is re-raised in the main thread as a
-  :class:`~sonic_hep.framework.errors.ModuleError` naming the module label, phase and event.
+  :class:`~sonic_hep.framework.errors.ModuleError` naming the module label, phase and event. An error in a
+  columnar call is narrowed to its event by rerunning the batch one event at a time.
 
-The per-event bookkeeping (which module is ready, the reorder buffer) lives in ``inflight.py`` and is
-tested without threads; this file owns only the threads, the queues and the calls into modules.
+The per-batch bookkeeping (which module is ready, which events each runs on, the reorder buffer) lives in
+``inflight.py`` and is tested without threads; this file owns only the threads, the queues and the calls
+into modules.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from .batch import Batch, EventBatch
 from .errors import ConfigError, ModuleError
 from .event import Chunk, Event, EventView
-from .futures import as_future
+from .futures import as_future, completed, gather
 from .graph import ModuleGraph
-from .inflight import EventProgress, Flight, Plan
+from .inflight import BatchProgress, Flight, Plan
 from .module import Analyzer, ExternalWork, Filter, Module, Producer
 from .timing import Timing
 
@@ -70,9 +78,9 @@ def kind_of(module: Module) -> Kind:
 
 
 class _Task(NamedTuple):
-    """One entry of the ready queue: run module ``module`` of ``progress``'s event."""
+    """One entry of the ready queue: run module ``module`` of ``progress``'s batch."""
 
-    progress: EventProgress
+    progress: BatchProgress
     module: int
     #: the finished external work whose result ``produce`` gets; None: the module's first call
     result: Future | None = None
@@ -87,10 +95,14 @@ class Scheduler:
         threads (int): worker threads.
         timing (Timing): where per-module times go.
         seed (int): the job's random seed (for ``EventView.rng``).
+        events_per_call (int): events per batch (1: one event at a time, CMSSW's granularity).
     """
 
     def __init__(self, graph: ModuleGraph, streams: list[dict[str, Module]], threads: int, timing: Timing,
-                 seed: int = 0):
+                 seed: int = 0, events_per_call: int = 1):
+        if events_per_call < 1:
+            raise ConfigError(f"events per call must be at least 1, not {events_per_call}",
+                              key="options.events_per_call")
         self.plan = Plan.from_graph(graph)
         self.order = list(self.plan.order)
         self.instances = [[stream[label] for label in self.order] for stream in streams]
@@ -101,6 +113,8 @@ class Scheduler:
                       for instances in self.instances]
         self.consumes = [frozenset(m.consumes()) for m in first]
         self.optional = [frozenset(k for k, tag in m.inputs().items() if tag.optional) for m in first]
+        self.columnar = [bool(m.columnar) for m in first]
+        self.events_per_call = events_per_call
         self.threads = threads
         self.timing = timing
         self.seed = seed
@@ -128,46 +142,32 @@ class Scheduler:
         self._done.put(None)
 
     def _execute(self, task: _Task) -> None:
-        """Runs one module for one event, then the modules it made ready, inline, as long as there are any.
+        """Runs one module for one batch, then the modules it made ready, inline, as long as there are any.
 
         Clocks are read once per module boundary (the end of one call is the start of the next): reading
         the thread CPU clock is a system call, the largest single cost of a module call.
         """
         perf, cpu = time.perf_counter, time.thread_time
-        timing = self.timing
         st, i, fut = task
         t0, c0 = perf(), cpu()
         while not self._stopping:
-            module = self.instances[st.event.stream][i]
-            kind = self.kinds[i]
-            if i in st.skip:
-                pass
-            elif fut is None:
-                view = EventView(st.event, module, self.consumes[i], self.optional[i])
-                try:
-                    outcome = self.calls[st.event.stream][i](view)
-                except Exception as err:
-                    raise self._error(module, st, kind.phase, err) from err
-                t1, c1 = perf(), cpu()
-                timing.add(i, kind.phase, t1 - t0, c1 - c0)
-                t0, c0 = t1, c1
-                if kind.filters and not outcome:
-                    st.reject(i)
-                    timing.reject(i)
-                elif kind.external:
-                    pending = as_future(outcome)
+            positions = st.active(i)
+            if fut is None:
+                if positions is None or len(positions):
+                    pending, t0, c0 = self._call(st, i, positions, t0, c0)
                     if pending is not None:
-                        st.acquired_at[i] = t1
+                        st.acquired_at[i] = t0
                         pending.add_done_callback(lambda f, st=st, i=i: self._ready.put(_Task(st, i, f)))
                         return
-                    t0, c0 = self._produce(module, st, i, outcome, t0, c0)
             else:
-                timing.add(i, "wait", t0 - st.acquired_at.pop(i), 0.0)
+                events = st.batch.size if positions is None else len(positions)
+                self.timing.add(i, "wait", t0 - st.acquired_at.pop(i), 0.0, events=events)
                 try:
                     result = fut.result()
                 except Exception as err:
-                    raise self._error(module, st, "external work", err) from err
-                t0, c0 = self._produce(module, st, i, result, t0, c0)
+                    module = self.instances[st.batch.stream][i]
+                    raise ModuleError(module.label, st.batch.describe(positions), "external work", err) from err
+                t0, c0 = self._produce(st, i, positions, result, t0, c0)
             ready, complete = st.finish(i)
             if complete:
                 self._done.put(st)
@@ -177,20 +177,114 @@ class Scheduler:
                 self._ready.put(_Task(st, j))
             i, fut = ready[0], None
 
-    def _produce(self, module: Any, st: EventProgress, i: int, result: Any, t0: float,
+    def _call(self, st: BatchProgress, i: int, positions: np.ndarray | None, t0: float,
+              c0: float) -> tuple[Future | None, float, float]:
+        """Calls module ``i``'s method for its kind on the batch's events at ``positions``; returns the pending
+        external work (None when there is none to wait for) and the clocks after the call."""
+        batch = st.batch
+        module = self.instances[batch.stream][i]
+        kind = self.kinds[i]
+        call = self.calls[batch.stream][i]
+        if self.columnar[i]:
+            view = EventBatch(batch, module, self.consumes[i], self.optional[i], positions)
+            try:
+                outcome = call(view)
+                if kind.filters:
+                    outcome = _mask(module, outcome, len(view))
+            except Exception as err:
+                raise self._culprit(st, i, positions, kind.phase, err) from err
+            events, calls, outcomes = len(view), 1, outcome
+        else:
+            ks = range(batch.size) if positions is None else positions.tolist()
+            outcomes = []
+            for k in ks:
+                event = Event(batch, k)
+                try:
+                    outcomes.append(call(EventView(event, module, self.consumes[i], self.optional[i])))
+                except Exception as err:
+                    raise ModuleError(module.label, str(event.id), kind.phase, err) from err
+            events = calls = len(outcomes)
+            if kind.filters:
+                outcomes = np.fromiter((bool(o) for o in outcomes), dtype=bool, count=events)
+        t1, c1 = time.perf_counter(), time.thread_time()
+        self.timing.add(i, kind.phase, t1 - t0, c1 - c0, events=events, calls=calls)
+        if kind.filters:
+            every = np.arange(batch.size) if positions is None else positions
+            rejected = every[~outcomes]
+            st.reject(i, rejected)
+            self.timing.reject(i, len(rejected))
+        elif kind.external:
+            pending = self._pending(outcomes, columnar=self.columnar[i])
+            if pending is not None:
+                return pending, t1, c1
+            t1, c1 = self._produce(st, i, positions, outcomes, t1, c1)
+        return None, t1, c1
+
+    @staticmethod
+    def _pending(outcomes: Any, columnar: bool) -> Future | None:
+        """One awaitable for what ``acquire`` returned: the columnar call's, or all per-event calls' together
+        (a list of results, in event order). None when every result is already known."""
+        if columnar:
+            return as_future(outcomes)
+        futures = [as_future(o) for o in outcomes]
+        if all(f is None for f in futures):
+            return None
+        return gather([f if f is not None else completed(o) for f, o in zip(futures, outcomes)])
+
+    def _produce(self, st: BatchProgress, i: int, positions: np.ndarray | None, result: Any, t0: float,
                  c0: float) -> tuple[float, float]:
-        view = EventView(st.event, module, self.consumes[i], self.optional[i])
-        try:
-            module.produce(view, result)
-        except Exception as err:
-            raise self._error(module, st, "produce", err) from err
+        batch = st.batch
+        module = self.instances[batch.stream][i]
+        if self.columnar[i]:
+            try:
+                module.produce(EventBatch(batch, module, self.consumes[i], self.optional[i], positions), result)
+            except Exception as err:
+                raise self._culprit(st, i, positions, "produce", err) from err
+        else:
+            ks = range(batch.size) if positions is None else positions.tolist()
+            for k, value in zip(ks, result):
+                event = Event(batch, k)
+                try:
+                    module.produce(EventView(event, module, self.consumes[i], self.optional[i]), value)
+                except Exception as err:
+                    raise ModuleError(module.label, str(event.id), "produce", err) from err
         t1, c1 = time.perf_counter(), time.thread_time()
         self.timing.add(i, "produce", t1 - t0, c1 - c0)
         return t1, c1
 
-    @staticmethod
-    def _error(module: Module, st: EventProgress, phase: str, err: Exception) -> ModuleError:
-        return ModuleError(module.label, str(st.event.id), phase, err)  # the message names module, phase, event
+    def _culprit(self, st: BatchProgress, i: int, positions: np.ndarray | None, phase: str,
+                 err: Exception) -> ModuleError:
+        """The error of a columnar call, narrowed to the event that causes it: the batch is rerun one event at
+        a time (products of the reruns are discarded) and the first event that fails alone is named, with its
+        own error. When none fails alone, the error names the batch's entries."""
+        batch = st.batch
+        module = self.instances[batch.stream][i]
+        every = np.arange(batch.size) if positions is None else positions
+        if len(every) > 1:
+            for k in every:
+                one = np.array([k])
+                try:
+                    self._run_alone(module, i, EventBatch(batch, module, self.consumes[i], self.optional[i], one,
+                                                          store={}))
+                except Exception as single:  # noqa: BLE001 - the culprit's own error is the one to report
+                    error = ModuleError(module.label, batch.describe(one), phase, single)
+                    error.add_note(f"found by rerunning the call's {len(every)} events ({batch.describe(every)}) "
+                                   f"one at a time")
+                    return error
+        error = ModuleError(module.label, batch.describe(every), phase, err)
+        if len(every) > 1:
+            error.add_note("each event alone runs without error: the failure depends on the events' combination")
+        return error
+
+    def _run_alone(self, module: Module, i: int, view: EventBatch) -> None:
+        """Runs module ``i``'s whole call sequence on a one-event view (blocking on external work)."""
+        kind = self.kinds[i]
+        outcome = getattr(module, kind.method)(view)
+        if kind.filters:
+            _mask(module, outcome, len(view))
+        elif kind.external:
+            pending = as_future(outcome)
+            module.produce(view, pending.result() if pending is not None else outcome)
 
     # -- main-thread side ----------------------------------------------------------------------------
     def _start_workers(self) -> list[threading.Thread]:
@@ -216,28 +310,34 @@ class Scheduler:
         if not self.order:  # nothing to run (a pure copy job): events go straight to the output, in order
             processed = 0
             for chunk in chunks:
-                for i in range(chunk.length):
-                    emit(Event(chunk, i, 0, self.seed), True)
-                    processed += 1
+                batch = Batch(chunk, 0, chunk.length, 0, self.seed)
+                for k in range(chunk.length):
+                    emit(Event(batch, k), True)
+                processed += chunk.length
             return processed
         workers = self._start_workers()
-        flight: Flight[EventProgress] = Flight(len(self.instances))
+        flight: Flight[BatchProgress] = Flight(len(self.instances))
 
         def collect() -> None:
             st = self._done.get()  # interruptible by SIGINT; a failing worker puts None to wake us
             if st is None or self._failure is not None:
                 raise self._failure or RuntimeError("scheduler stopped without a recorded failure")
-            for done in flight.done(st.event.index, st.event.stream, st):
-                emit(done.event, done.passed)
+            batch = st.batch
+            for done in flight.done(batch.first_index, batch.stream, st, batch.size):
+                passed = done.passed.tolist()
+                for k in range(done.batch.size):
+                    emit(Event(done.batch, k), passed[k])
 
         roots = self.plan.roots
+        step = self.events_per_call
         try:
             for chunk in chunks:
-                for i in range(chunk.length):
+                for start in range(0, chunk.length, step):
                     while not flight.can_start():
                         collect()
-                    stream = flight.start(chunk.first_index + i)
-                    st = EventProgress(Event(chunk, i, stream, self.seed), self.plan)
+                    stream = flight.start(chunk.first_index + start)
+                    size = min(step, chunk.length - start)
+                    st = BatchProgress(Batch(chunk, start, size, stream, self.seed), self.plan)
                     for r in roots:
                         self._ready.put(_Task(st, r))
                     if self._failure is not None:
@@ -253,3 +353,16 @@ class Scheduler:
             for worker in workers:
                 worker.join(timeout=10 if self._stopping else None)
         return flight.processed
+
+
+def _mask(module: Module, outcome: Any, events: int) -> np.ndarray:
+    """A columnar filter's decision as a boolean array with one entry per event (or a clear error)."""
+    try:
+        mask = np.asarray(outcome)
+    except Exception:  # noqa: BLE001 - anything that is not array-like is named below
+        mask = None
+    if mask is None or mask.dtype != bool or mask.shape != (events,):
+        what = type(outcome).__name__ if mask is None else f"{mask.dtype} array of shape {list(mask.shape)}"
+        raise TypeError(f"columnar filter '{module.label}' returned {what}; it must return a boolean array with "
+                        f"one entry per event ({events})")
+    return mask

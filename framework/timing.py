@@ -40,6 +40,8 @@ class ModuleTiming:
     produce_wall: float = 0.0
     #: events a Filter rejected
     rejected: int = 0
+    #: times the module was called (a columnar module is called once for many events)
+    invocations: int = 0
 
     @property
     def visited(self) -> int:
@@ -54,6 +56,8 @@ class ModuleTiming:
     def as_dict(self, events: int) -> dict[str, Any]:
         per = 1000.0 / events if events else 0.0
         out = {"label": self.label, "type": self.type, "kind": self.kind, "calls": self.calls,
+               "invocations": self.invocations,
+               "events_per_call": self.calls / self.invocations if self.invocations else 0.0,
                "visited": self.visited, "passed": self.passed, "failed": self.rejected,
                "wall_ms_per_event": self.wall * per, "cpu_ms_per_event": self.cpu * per,
                "wall_s": self.wall, "cpu_s": self.cpu}
@@ -69,6 +73,7 @@ LEGEND: dict[str, str] = {
     "visited": "events the module ran on (a Filter's reject skips the modules it guards)",
     "passed": "events it let through (a Filter's accepts; other kinds pass every event they visit)",
     "failed": "events a Filter rejected",
+    "evt/call": "events per call of the module (columnar modules take many; per-event modules 1)",
     "wall ms/evt": "its own wall time / events read (concurrent modules and events: the column may sum past ms/event)",
     "cpu ms/evt": "CPU time of its own calls / events read",
     "latency ms": "ExternalWork: mean time an event waited for its result; holds no thread, overlaps other events",
@@ -100,6 +105,8 @@ class Timing:
     #: events in flight and worker threads the job was configured with, for the report's header
     streams: int = 1
     worker_threads: int = 1
+    #: events per batch the scheduler used
+    events_per_call: int = 1
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -118,7 +125,7 @@ class Timing:
         if self.first_event is None:
             self.first_event = (time.perf_counter(), time.process_time())
 
-    _FIELDS = ("calls", "wall", "cpu", "acquire_wall", "wait", "produce_wall", "rejected")
+    _FIELDS = ("calls", "wall", "cpu", "acquire_wall", "wait", "produce_wall", "rejected", "invocations")
 
     def _table(self) -> list[list[float]]:
         """This thread's accumulators (one row per module): no lock on the hot path."""
@@ -130,18 +137,20 @@ class Timing:
                 self._tables.append(table)
         return table
 
-    def reject(self, index: int) -> None:
-        """Filter ``index`` rejected an event (its call was recorded by :meth:`add`)."""
-        self._table()[index][6] += 1
+    def reject(self, index: int, events: int = 1) -> None:
+        """Filter ``index`` rejected ``events`` events (its call was recorded by :meth:`add`)."""
+        self._table()[index][6] += events
 
-    def add(self, index: int, phase: str, wall: float, cpu: float) -> None:
-        """Records one call of module ``index``: phase is ``run``, ``acquire``, ``produce`` or ``wait``."""
+    def add(self, index: int, phase: str, wall: float, cpu: float, events: int = 1, calls: int = 1) -> None:
+        """Records ``calls`` calls of module ``index`` over ``events`` events: phase is ``run``, ``acquire``,
+        ``produce`` or ``wait`` (``wait`` counts ``wall`` once per event: the time each event waited)."""
         row = self._table()[index]
         if phase == "wait":
-            row[4] += wall
+            row[4] += wall * events
             return
         if phase != "produce":
-            row[0] += 1
+            row[0] += events
+            row[7] += calls
         row[1] += wall
         row[2] += cpu
         if phase == "acquire":
@@ -157,7 +166,8 @@ class Timing:
         out = []
         for index, (label, typ, kind) in enumerate(self.modules):
             sums = [sum(table[index][k] for table in tables) for k in range(len(self._FIELDS))]
-            out.append(ModuleTiming(label, typ, kind, int(sums[0]), *sums[1:6], rejected=int(sums[6])))
+            out.append(ModuleTiming(label, typ, kind, int(sums[0]), *sums[1:6], rejected=int(sums[6]),
+                                    invocations=int(sums[7])))
         return out
 
     def add_section(self, name: str, data: Any) -> None:
@@ -190,6 +200,7 @@ class Timing:
                 "threads": threads, "ms_per_event": 1000.0 * elapsed / self.events if self.events else 0.0,
                 "peak_rss_mb": self.peak_rss_mb if self.peak_rss_mb is not None else peak_rss_mb(),
                 "streams": self.streams, "worker_threads": self.worker_threads,
+                "events_per_call": self.events_per_call,
                 "modules": [m.as_dict(self.events) for m in self.per_module], "legend": dict(LEGEND),
                 **steady, **self.sections}
 
@@ -215,14 +226,15 @@ class Timing:
         failed = rep["events"] - rep["events_passed"]
         lines = [f"{rep['events']} events in {rep['wall_s']:.2f} s: {rep['events_per_s']:.1f} events/s "
                  f"({rep['ms_per_event']:.2f} ms/event), CPU {rep['cpu_s']:.2f} s, "
-                 f"peak RSS {rep['peak_rss_mb']:.0f} MB, {rep['streams']} stream(s) x {rep['worker_threads']} thread(s)",
+                 f"peak RSS {rep['peak_rss_mb']:.0f} MB, {rep['streams']} stream(s) x {rep['worker_threads']} thread(s), "
+                 f"{rep['events_per_call']} event(s) per call",
                  f"events: {rep['events']} read, {rep['events_passed']} passed every filter, {failed} rejected by one",
                  f"{'module':<20} {'type':<22} {'kind':<9} {'visited':>8} {'passed':>8} {'failed':>7} "
-                 f"{'wall ms/evt':>11} {'cpu ms/evt':>10} {'latency ms':>10}"]
+                 f"{'evt/call':>8} {'wall ms/evt':>11} {'cpu ms/evt':>10} {'latency ms':>10}"]
         for m in rep["modules"]:
             latency = f"{m['latency_ms']:10.3f}" if "latency_ms" in m else f"{'':>10}"
             lines.append(f"{m['label']:<20} {m['type'][:22]:<22} {m['kind']:<9} {m['visited']:8d} {m['passed']:8d} "
-                         f"{m['failed']:7d} {m['wall_ms_per_event']:11.3f} {m['cpu_ms_per_event']:10.3f} {latency}")
+                         f"{m['failed']:7d} {m['events_per_call']:8.1f} {m['wall_ms_per_event']:11.3f} {m['cpu_ms_per_event']:10.3f} {latency}")
         width = max(len(name) for name in LEGEND)
         lines += [f"  {name:<{width}}  {text}" for name, text in LEGEND.items()]
         for name, data in self.sections.items():

@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ...framework import Analyzer, ExternalWork, Filter, InputTag, Module, Output, Param, Producer, delayed
+from ...framework.batch import Batch, EventBatch, concatenate
 from ...framework.errors import ModuleError
 from ...framework.event import Chunk, Event, EventView
 from ...framework.futures import as_future
@@ -28,19 +31,34 @@ from ...framework.futures import as_future
 class ModuleRun:
     """What :func:`run_module` saw: each product (by instance name) as a list with one entry per event (None
     where the module did not put it), whether each event passed (a Filter's decisions; True otherwise), and
-    an Analyzer's histograms."""
+    an Analyzer's histograms.
+
+    An event's entry of a columnar module's product is its row of the stacked array (a numpy scalar or row,
+    an awkward list or record), as a per-event module downstream would read it; :meth:`stacked` gives the
+    whole array, as the ROOT output writes it.
+    """
 
     module: Module
     products: dict[str, list[Any]] = field(default_factory=dict)
     passed: list[bool] = field(default_factory=list)
     histograms: dict[str, Any] = field(default_factory=dict)
+    batches: list[Batch] = field(default_factory=list, repr=False)
+
+    def stacked(self, instance: str) -> Any:
+        """Product ``instance`` over all events as one array (numpy or awkward): a columnar module's arrays
+        joined across calls, a per-event module's values stacked by the rule the ROOT output uses."""
+        key = f"{self.module.label}:{instance}"
+        return concatenate([batch.products[key].take(None) for batch in self.batches])
 
 
 def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str = "module",
-               services: Mapping[str, Any] | None = None, **params: Any) -> ModuleRun:
+               services: Mapping[str, Any] | None = None, events_per_call: int | None = None,
+               **params: Any) -> ModuleRun:
     """Runs one module over events, calling it as the scheduler does (its kind's method; for external work
     ``acquire``, the awaited result, then ``produce``), with the same checks: parameters validated against
-    the class's declarations, only declared inputs readable, only declared products writable.
+    the class's declarations, only declared inputs readable, only declared products writable. A columnar
+    module is called once per ``events_per_call`` events (default: all at once), a per-event module once
+    per event.
 
     Args:
         module_type (type[Module]): the class under test.
@@ -48,6 +66,7 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
             (an awkward array of records for a collection, a numpy array for a branch, upstream products).
         label (str): the module's label (its products are ``<label>:<instance>``).
         services (Mapping[str, Any] | None): services it ``requires`` (an inference client ...).
+        events_per_call (int | None): events per call of a columnar module (None: all events in one call).
         **params: parameter values, as in a configuration.
 
     Returns:
@@ -66,35 +85,47 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
     consumes = frozenset(module.consumes())
     optional = frozenset(key for key, tag in module.inputs().items() if tag.optional)
     run = ModuleRun(module, products={instance: [] for instance in module.outputs()})
+    step = (events_per_call or max(events, 1)) if module.columnar else 1
     module.begin_job()
     try:
-        for i in range(events):
-            event = Event(chunk, i)
-            view = EventView(event, module, consumes, optional)
-            passed, phase = True, "run"
-            try:
-                if isinstance(module, ExternalWork):
-                    phase = "acquire"
-                    pending = as_future(module.acquire(view))
-                    result = pending.result() if pending is not None else None
-                    phase = "produce"
-                    module.produce(view, result)
-                elif isinstance(module, Filter):
-                    passed = bool(module.filter(view))
-                elif isinstance(module, Analyzer):
-                    module.analyze(view)
-                else:
-                    module.produce(view)
-            except Exception as err:
-                raise ModuleError(label, str(event.id), phase, err) from err
-            run.passed.append(passed)
+        for start in range(0, events, step):
+            batch = Batch(chunk, start, min(step, events - start))
+            views: list[Any] = ([EventBatch(batch, module, consumes, optional)] if module.columnar else
+                                [EventView(Event(batch, 0), module, consumes, optional)])
+            passed = _call(module, views[0], batch)
+            run.passed += [bool(p) for p in np.broadcast_to(passed, (batch.size,))]
+            run.batches.append(batch)
             for instance, values in run.products.items():
-                values.append(event.products.get(f"{label}:{instance}"))
+                product = batch.products.get(f"{label}:{instance}")
+                values += [product.at(k) if product is not None and product.covers(k) else None
+                           for k in range(batch.size)]
         if isinstance(module, Analyzer):
             run.histograms = dict(module.histograms())
     finally:
         module.end_job()
     return run
+
+
+def _call(module: Module, view: Any, batch: Batch) -> Any:
+    """One call of ``module`` as the scheduler makes it; returns the filter's decision (True otherwise)."""
+    phase = "run"
+    try:
+        if isinstance(module, ExternalWork):
+            phase = "acquire"
+            outcome = module.acquire(view)
+            pending = as_future(outcome)
+            result = pending.result() if pending is not None else outcome
+            phase = "produce"
+            module.produce(view, result)
+        elif isinstance(module, Filter):
+            return np.asarray(module.filter(view), dtype=bool)
+        elif isinstance(module, Analyzer):
+            module.analyze(view)
+        else:
+            module.produce(view)
+    except Exception as err:
+        raise ModuleError(module.label, batch.describe(), phase, err) from err
+    return True
 
 
 class NullProducer(Producer):
@@ -156,3 +187,50 @@ class WaitForFile(Producer):
                 raise TimeoutError(f"{self.path} did not appear within {self.timeout_s} s")
             time.sleep(0.05)
         event.put("value", event.index)
+
+
+# Columnar twins (``columnar = True``: one call per batch of events), for the framework benchmarks: the cost
+# of a module call amortised over the events of a batch, against the per-event modules above.
+
+
+class ColumnarNullProducer(Producer):
+    """Puts its events' indices and does nothing else: the scheduler's own cost per columnar call."""
+
+    columnar = True
+    src = InputTag("", doc="optional upstream key, to chain null modules", optional=True)
+    value = Output("int: the event index")
+
+    def produce(self, events):
+        if self.src:
+            events.get(self.src)
+        events.put("value", events.index)
+
+
+class ColumnarBusyProducer(Producer):
+    """Spins the CPU for ``ms`` milliseconds per event of the call (holding the GIL), then puts the indices:
+    the same CPU per event as :class:`BusyProducer`, in one call per batch."""
+
+    columnar = True
+    ms = Param(float, 1.0, doc="CPU time to burn per event (ms)")
+    value = Output("int: the event index")
+
+    def produce(self, events):
+        end = time.perf_counter() + len(events) * self.ms / 1000
+        while time.perf_counter() < end:
+            pass
+        events.put("value", events.index)
+
+
+class ColumnarSleepExternal(ExternalWork):
+    """External work for a whole batch that completes after ``ms`` milliseconds without holding any thread:
+    one remote call per batch, as a columnar inference producer makes."""
+
+    columnar = True
+    ms = Param(float, 100.0, doc="time until the external result for the batch arrives (ms)")
+    value = Output("int: the event index, returned by the external work")
+
+    def acquire(self, events):
+        return delayed(events.index, self.ms / 1000)
+
+    def produce(self, events, result):
+        events.put("value", result)

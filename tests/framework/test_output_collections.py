@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import uproot
 
-from sonic_hep.framework.output import to_chunk_array, writable
+from sonic_hep.framework.batch import stack as to_chunk_array
+from sonic_hep.framework.output import writable
 
 
 def test_equal_length_events_still_make_a_collection(tmp_path):

@@ -59,7 +59,8 @@ def test_external_work_frees_the_thread(tmp_path):
 def test_serial_external_work_does_wait(tmp_path):
     """The control: with one stream the waits come one after another (so the test above can fail)."""
     tm.TWait.log.clear()
-    run({"source": empty(4), "modules": {"w": {"type": "TWait", "ms": 100.0}}, "options": {"streams": 1, "threads": 1}})
+    run({"source": empty(4), "modules": {"w": {"type": "TWait", "ms": 100.0}},
+         "options": {"streams": 1, "threads": 1, "events_per_call": 1}})
     assert tm.TWait.log == [(what, i) for i in range(4) for what in ("acquire", "produce")]
 
 

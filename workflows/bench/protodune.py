@@ -99,7 +99,7 @@ def read_patches(path: str, events: int) -> tuple[list[np.ndarray], list[float]]
     try:
         for chunk in process.source.chunks():
             for i in range(chunk.length):
-                event = Event(chunk, i)
+                event = Event.alone(chunk, i)
                 start = time.perf_counter()
                 module.produce(EventView(event, module, consumes, optional))
                 seconds.append(time.perf_counter() - start)
