@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -88,3 +88,22 @@ def delayed(value: Any, seconds: float) -> Future:
     loop = background_loop()
     loop.call_soon_threadsafe(loop.call_later, seconds, lambda: fut.done() or fut.set_result(value))
     return fut
+
+
+def then(future: Future, fn: Callable[[Any], Any]) -> Future:
+    """A Future of ``fn(result)``; failures pass through unchanged (and an exception in ``fn`` reaches the
+    caller through the Future, never a callback thread)."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        err = f.exception()
+        if err is not None:
+            out.set_exception(err)
+            return
+        try:
+            out.set_result(fn(f.result()))
+        except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out

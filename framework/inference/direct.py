@@ -22,10 +22,12 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 
 from ..errors import InferenceError
 from ..extras import require
+from ..futures import gather, then
 from .backends.onnxruntime.ort_session import open_session
 from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
@@ -135,25 +137,40 @@ class DirectClient(InferenceClient):
         """Synchronous inference on the calling thread (the Future-less form of :meth:`infer`)."""
         info = self.model_info(model)
         batch = check_inputs(info, inputs, outputs)
-        session = self.session(model)
         names = outputs or [spec.name for spec in info.outputs]
         start = time.perf_counter()
-        parts = []
-        for part in split_requests(info, inputs, batch):
-            try:
-                values = session.run(names, part)
-            except Exception as err:  # the engines' exceptions carry no common base we can name
-                raise InferenceError(f"model {model!r}: {ENGINES[info.backend]} failed: {err}") from None
-            parts.append(dict(zip(names, values)))
-            # the bytes this request would carry to a server (a planner sizes a link from a direct run too)
-            self.counters.add(model, bytes_sent=payload_bytes(part), bytes_received=payload_bytes(parts[-1]))
-        self.counters.add(model, calls=1, requests=len(parts), rows=batch, seconds=time.perf_counter() - start)
-        return assemble(info, parts, is_ragged(inputs))
+        parts = [self._run_part(info, part, names) for part in split_requests(info, inputs, batch)]
+        return self._finish(info, parts, batch, start, is_ragged(inputs))
+
+    def _run_part(self, info: ModelInfo, part: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        """One request's worth of inputs through the model's session."""
+        session = self.session(info.name)
+        try:
+            values = session.run(names, part)
+        except Exception as err:  # the engines' exceptions carry no common base we can name
+            raise InferenceError(f"model {info.name!r}: {ENGINES[info.backend]} failed: {err}") from None
+        answer = dict(zip(names, values))
+        # the bytes this request would carry to a server (a planner sizes a link from a direct run too)
+        self.counters.add(info.name, bytes_sent=payload_bytes(part), bytes_received=payload_bytes(answer))
+        return answer
+
+    def _finish(self, info: ModelInfo, parts: list[dict[str, np.ndarray]], batch: int, start: float,
+                ragged: bool) -> dict[str, InputArray]:
+        self.counters.add(info.name, calls=1, requests=len(parts), rows=batch, seconds=time.perf_counter() - start)
+        return assemble(info, parts, ragged)
 
     def infer(self, model: str, inputs: Mapping[str, InputArray], outputs: list[str] | None = None) -> Future:
+        """Starts inference on the pool: the requests a large input splits into (at ``max_batch_size``) run
+        side by side on the pool's threads, as a server would run them on its instances."""
         info = self.model_info(model)
-        check_inputs(info, inputs, outputs)  # fail in acquire, on the caller's thread, with the caller's context
-        return self._pool.submit(self.run, model, inputs, outputs)
+        batch = check_inputs(info, inputs, outputs)  # fail in acquire, on the caller's thread, with its context
+        requests = split_requests(info, inputs, batch)
+        if len(requests) == 1:
+            return self._pool.submit(self.run, model, inputs, outputs)
+        names = outputs or [spec.name for spec in info.outputs]
+        start = time.perf_counter()
+        parts = gather([self._pool.submit(self._run_part, info, part, names) for part in requests])
+        return then(parts, lambda answers: self._finish(info, answers, batch, start, is_ragged(inputs)))
 
     def statistics(self) -> dict[str, Any]:
         return {"mode": self.mode, "providers": self._providers or [], "models": self.counters.as_dict()}

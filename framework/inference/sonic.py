@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..futures import gather
+from ..futures import gather, then
 from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
 from .breaker import BreakerSettings
@@ -136,7 +136,7 @@ class SonicClient(InferenceClient):
 
         if len(requests) == 1:  # the common case: the request's own Future is the call's (one Future less)
             return self._send(_Attempt(info, requests[0], names, Future(), finish=lambda answer: finish([answer])))
-        return _then(gather([self._send(_Attempt(info, request, names, Future())) for request in requests]), finish)
+        return then(gather([self._send(_Attempt(info, request, names, Future())) for request in requests]), finish)
 
     # -- one request ----------------------------------------------------------------------------------
     def _send(self, attempt: _Attempt) -> Future:
@@ -297,19 +297,3 @@ class SonicClient(InferenceClient):
         self.pool.close()
 
 
-def _then(future: Future, fn: Callable[[Any], Any]) -> Future:
-    """A Future of ``fn(result)``; failures pass through unchanged."""
-    out: Future = Future()
-
-    def done(f: Future) -> None:
-        err = f.exception()
-        if err is not None:
-            out.set_exception(err)
-            return
-        try:
-            out.set_result(fn(f.result()))
-        except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
-            out.set_exception(exc)
-
-    future.add_done_callback(done)
-    return out

@@ -35,6 +35,10 @@ def scores(results: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 class EmTrkMichelId(InferenceProducer):
     """Runs the EmTrkMichelId CNN on every hit's patch; puts LArSoft's 4-value MVA output per hit."""
 
+    # a full ProtoDUNE event holds ~55,000 patches: ~6 GB of RSS per event in flight (patches, their float
+    # copies, the CNN's activations), so the scheduler's own choice is one event per call
+    memory_per_event_mb = 6000.0
+
     patches = InputTag("patches:patches", doc="uint8 patches [n_hits, 48, 48, 1] (HitPatches)")
     model = Param(str, "emtrkmichelid", doc="model name in the model repository")
     batch_size = Param(int, 1693, doc="patches per inference request (the ProtoDUNE SONIC paper used 235 and 1693)", min=1)

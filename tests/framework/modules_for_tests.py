@@ -145,3 +145,105 @@ class TSharedLifecycle(TLifecycle):
     """The same, declared thread-safe: one instance serves every stream."""
 
     shared = True
+
+
+# -- columnar twins (``columnar = True``: one call per batch of events) ---------------------------------------
+
+class CAdd(Producer):
+    """Columnar TAdd: puts src + offset for every event of the batch (src absent → the event index)."""
+
+    columnar = True
+    src = InputTag("", optional=True)
+    offset = Param(int, 1)
+    value = Output("int")
+    #: the number of events of each call, across all instances (tests read the batch sizes)
+    calls: list[int] = []
+
+    def produce(self, events):
+        CAdd.calls.append(len(events))
+        base = events.get(self.src) if self.src else events.index
+        events.put("value", np.asarray(base, dtype=np.int64) + self.offset)
+
+
+class CEvenFilter(Filter):
+    """Columnar TEvenFilter: keeps events with an even index."""
+
+    columnar = True
+
+    def filter(self, events):
+        return events.index % 2 == 0
+
+
+class CBadFilter(Filter):
+    """A columnar filter that returns one decision for the whole batch (the framework must refuse)."""
+
+    columnar = True
+
+    def filter(self, events):
+        return True
+
+
+class CWait(ExternalWork):
+    """Columnar TWait: one awaitable for the batch, finishing after a delay."""
+
+    columnar = True
+    ms = Param(float, 20.0)
+    value = Output("int")
+    jets = Output("per-event jagged array")
+
+    def acquire(self, events):
+        return delayed(np.asarray(events.index), self.ms / 1000)
+
+    def produce(self, events, result):
+        import awkward as ak
+
+        events.put("value", result)
+        counts = result % 4
+        flat = np.concatenate([np.arange(n, dtype=np.float32) * 1.5 for n in counts]) if len(counts) else []
+        events.put("jets", ak.unflatten(np.asarray(flat, dtype=np.float32), counts))
+
+
+class CRaise(Producer):
+    """Columnar TRaise: the batch holding ``bad_index`` fails (and so does that event alone)."""
+
+    columnar = True
+    bad_index = Param(int, 3)
+    value = Output("int")
+
+    def produce(self, events):
+        if np.any(events.index == self.bad_index):
+            raise ValueError("boom on purpose")
+        events.put("value", events.index)
+
+
+class CRandom(Producer):
+    """Columnar TRandom: each event's number from its own generator."""
+
+    columnar = True
+    value = Output("float")
+
+    def produce(self, events):
+        events.put("value", np.array([events.rng(k).normal() for k in range(len(events))]))
+
+
+class CSum(Producer):
+    """Columnar: sums a per-event jagged product over each event (reads per-event products stacked)."""
+
+    columnar = True
+    src = InputTag("w:jets")
+    value = Output("float")
+
+    def produce(self, events):
+        import awkward as ak
+
+        events.put("value", ak.to_numpy(ak.sum(events.get(self.src), axis=1)).astype(np.float64))
+
+
+class TSum(Producer):
+    """Per event: sums a jagged product of the event (reads a columnar product one event at a time)."""
+
+    src = InputTag("w:jets")
+    value = Output("float")
+
+    def produce(self, event):
+        event.put("value", float(np.sum(np.asarray(event.get(self.src), dtype=np.float32), dtype=np.float32)))
