@@ -9,18 +9,20 @@ values into code, is what lets a new tagger version plug in by configuration.
 
 The transformation is CMSSW's ``center_norm_pad``: a value that is not finite or beyond ±1e32 becomes
 ``replace_inf_value``; then ``clip((x - median) * norm_factor, lower_bound, upper_bound)``; positions past a
-jet's entries hold ``pad``. As CMS's SONIC producer does for a batch of jets, every jet of an event is padded
-to the event's longest list (clamped to ``[min_length, max_length]``; the longest lists are truncated,
-keeping the first entries), so one request carries all the jets.
+jet's entries hold ``pad``. As CMS's SONIC producer does for the jets of an event, every jet of a batch of
+events is padded to the batch's longest list (clamped to ``[min_length, max_length]``; the longest lists are
+truncated, keeping the first entries), so one rectangular request carries all the batch's jets.
 
 Example::
 
     spec = load_preprocess("cms-models/particlenet_AK4/preprocess.json")
-    inputs = build_inputs(spec, tag_info)        # {"pf_points": [jets, 2, N], ...}
+    info = TagInfo.of_batch(settings, jets, pf, members, svs)
+    inputs = build_inputs(spec, info.n_jets, info.entries, info.feature)   # {"pf_points": [jets, 2, N], ...}
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -60,7 +62,8 @@ class InputGroup:
     max_length: int
 
     def length(self, counts: np.ndarray) -> int:
-        """The event's padded length for entries-per-jet ``counts``: the longest, clamped to the bounds."""
+        """The padded length for entries-per-jet ``counts`` (every jet of the request): the longest, clamped
+        to the bounds."""
         longest = int(counts.max()) if counts.size else 0
         return int(np.clip(longest, self.min_length, self.max_length))
 
@@ -133,13 +136,24 @@ def load_preprocess(path: str | os.PathLike, key: str = "preprocess_json") -> Pr
     return Preprocess(str(path), tuple(groups), tuple(outputs))
 
 
+@functools.lru_cache(maxsize=256)
+def _info_columns(infos: tuple[VarInfo, ...]) -> dict[str, np.ndarray]:
+    """Each :class:`VarInfo` attribute as one array over ``infos`` (read-only), made once per input group:
+    building them on every call costs as much as transforming a one-event batch."""
+    out = {}
+    for attr in ("median", "norm_factor", "replace_inf_value", "lower_bound", "upper_bound", "pad"):
+        out[attr] = np.array([getattr(info, attr) for info in infos])
+        out[attr].flags.writeable = False
+    return out
+
+
 def transform(values: np.ndarray, infos: tuple[VarInfo, ...] | VarInfo) -> np.ndarray:
     """CMSSW's per-value transformation: infinities replaced, centred, scaled and bounded (float64).
 
     ``values`` is one feature's values with one :class:`VarInfo`, or ``[rows, features]`` with one per column.
     """
     infos = (infos,) if isinstance(infos, VarInfo) else infos
-    column = lambda attr: np.array([getattr(i, attr) for i in infos])  # noqa: E731
+    column = _info_columns(infos).__getitem__
     values = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(values) & (np.abs(values) <= INF_LIMIT)
     values = np.where(finite, values, column("replace_inf_value") if values.ndim == 2 else infos[0].replace_inf_value)
@@ -162,12 +176,12 @@ class Entries:
 
 def build_inputs(spec: Preprocess, n_jets: int, entries: Callable[[str], Entries],
                  feature: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
-    """The model's inputs for all ``n_jets`` jets of an event, in ``spec``'s order (float32
-    ``[n_jets, features, length]`` each).
+    """The model's inputs for all ``n_jets`` jets of a request (an event's, or a batch's), in ``spec``'s
+    order (float32 ``[n_jets, features, length]`` each).
 
     Args:
         spec: the model's preprocess.json.
-        n_jets: jets in the event.
+        n_jets: jets in the request.
         entries: for a feature name, the rows of the collection it describes (:class:`Entries`).
         feature: a feature's values, one per row of its collection.
 
@@ -180,9 +194,9 @@ def build_inputs(spec: Preprocess, n_jets: int, entries: Callable[[str], Entries
         length = group.length(rows.counts)
         keep = rows.rank < length
         jet, rank = rows.jet[keep], rows.rank[keep]
-        pad = np.array([info.pad for info in group.infos], dtype=np.float32)
-        out = np.empty((n_jets, length, len(group.var_names)), dtype=np.float32)
-        out[:] = pad
+        pad = _info_columns(group.infos)["pad"].astype(np.float32)
+        out = np.empty((n_jets, len(group.var_names), length), dtype=np.float32)
+        out[:] = pad[None, :, None]
         columns = []
         for name in group.var_names:
             values = np.asarray(feature(name))
@@ -190,8 +204,10 @@ def build_inputs(spec: Preprocess, n_jets: int, entries: Callable[[str], Entries
                 raise ConfigError(f"{spec.path!r}: input {group.name!r} mixes features of different collections "
                                   f"({group.var_names[0]!r} and {name!r})", key="preprocess_json")
             columns.append(values[keep])
-        out[jet, rank] = transform(np.stack(columns, axis=1) if columns else np.zeros((0, 0)), group.infos)
-        inputs[group.name] = np.ascontiguousarray(out.transpose(0, 2, 1))
+        # written in the model's [jets, features, length] layout directly (no transposed copy of a batch's
+        # inputs): the two advanced indices around the slice select each row's feature column
+        out[jet, :, rank] = transform(np.stack(columns, axis=1) if columns else np.zeros((0, 0)), group.infos)
+        inputs[group.name] = out
     return inputs
 
 

@@ -1,8 +1,8 @@
-"""The named features of CMS's ParticleNet family for every jet of an event: CMS's tag-info producers.
+"""The named features of CMS's ParticleNet family for every jet of a batch of events: CMS's tag-info producers.
 
 A ``preprocess.json`` names the features a model reads; this module computes any of them, by name, for all
-jets of an event at once (vectorised over (jet, entry) rows; no loop over jets or particles), with CMS's
-definitions:
+jets of all events of a batch at once (vectorised over (jet, entry) rows; no loop over events, jets or
+particles), with CMS's definitions:
 
 * ``pfcand_*`` and ``sv_*`` — ``DeepBoostedJetTagInfoProducer`` (ParticleNet AK4 CHS V00, AK8 General V01,
   MD-2prong, MassRegression): constituents with a PUPPI weight ≥ ``min_puppi_weight``, ordered by pT
@@ -23,11 +23,17 @@ muons/electrons/photons matched to candidates (``jet_pfcand_muon_*``, ``electron
 τ signal-candidate links (``jet_pfcand_tau_signal`` = 0) and no strip hits on PF candidates
 (``jet_pfcand_nstriphits`` = 0; lost tracks carry theirs).
 
+A batch is the events' collections flattened one event after another (:class:`~.columns.Flat`): a jet is
+paired only with the constituents, SVs and lost tracks of its own event, and every feature is a function of
+its row alone (or, ``pfcand_drminsv``, an exact minimum over the event's SVs), so a jet's values are the same
+bit for bit whatever else is in the batch. One event is a batch of one.
+
 Example::
 
-    info = TagInfo(TagInfoSettings(jet_radius=0.4), jets, pf, members, svs)
+    info = TagInfo(TagInfoSettings(jet_radius=0.4), jets, pf, members, svs)             # one event
+    info = TagInfo.of_batch(TagInfoSettings(jet_radius=0.4), jets, pf, members, svs)    # Flat collections
     info.feature("pfcand_btagSip3dSig")     # one value per (jet, constituent) row
-    info.entries("pfcand_btagSip3dSig")     # which jet and rank each row is
+    info.entries("pfcand_btagSip3dSig")     # which jet (of the batch) and rank each row is
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from functools import cached_property
 import numpy as np
 
 from ..common.kinematics import delta_phi, rank_within
+from .columns import Flat
 from .preprocess import Entries
 
 #: charged-pion mass (GeV): CMS's ``btau::etaRel`` gives every track this mass
@@ -96,6 +103,61 @@ def _rows(jet: np.ndarray, index: np.ndarray, key: np.ndarray, n_jets: int) -> _
     order, rank = rank_within(jet, key)
     jet, index = jet[order], index[order]
     return _Rows(jet, index, rank, np.bincount(jet, minlength=n_jets))
+
+
+def event_pairs(group: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every item paired with every row of its own event: ``item`` i (of event ``group[i]``) with the rows
+    ``offsets[e]`` to ``offsets[e + 1] - 1``, item-major and rows ascending — the order a per-event
+    ``repeat``/``tile`` gives, so a stable ranking of the pairs is the same as per event.
+
+    Args:
+        group: the event of each item (a jet, a candidate row).
+        offsets: ``[events + 1]`` the first row of each event of the other collection, then the total.
+
+    Returns:
+        ``(item, row)``: index arrays of equal length.
+    """
+    start = offsets[:-1][group]
+    count = offsets[1:][group] - start
+    item = np.repeat(np.arange(group.size), count)
+    first = np.cumsum(count) - count
+    return item, np.arange(item.size) - np.repeat(first - start, count)
+
+
+@dataclass(frozen=True)
+class EventLayout:
+    """Where a batch's events are in its flattened collections: the event of each jet, and the first row of
+    each event's SVs and lost tracks (``None``: one event, every row). This is what keeps a jet from being
+    paired with another event's SVs or lost tracks once the collections of many events are one array."""
+
+    jet_event: np.ndarray
+    sv_offsets: np.ndarray | None = None
+    lt_offsets: np.ndarray | None = None
+
+    @staticmethod
+    def single(n_jets: int) -> EventLayout:
+        """One event."""
+        return EventLayout(np.zeros(n_jets, np.int64))
+
+
+def _global_members(jets: Flat, pf: Flat, members: Flat) -> dict[str, np.ndarray]:
+    """The constituent pairs with indices into the flattened jets and candidates (the file's are within the
+    event); a pair pointing outside its event's jets or candidates is dropped rather than read another
+    event's object."""
+    event = members.event
+    jet = np.asarray(members.columns["jetIdx"], np.int64)
+    cand = np.asarray(members.columns["pFCandsIdx"], np.int64)
+    valid = (jet >= 0) & (jet < jets.counts[event]) & (cand >= 0) & (cand < pf.counts[event])
+    if not valid.all():
+        event, jet, cand = event[valid], jet[valid], cand[valid]
+    return {"jetIdx": jet + jets.offsets[event], "pFCandsIdx": cand + pf.offsets[event]}
+
+
+def _take(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``values[index]`` as float64: gathered before the conversion, since a batch's candidate columns hold
+    every candidate of every event and only the jets' constituents are needed (the values are the same: the
+    conversion is exact)."""
+    return np.asarray(values)[index].astype(np.float64)
 
 
 def _log(x: np.ndarray) -> np.ndarray:
@@ -174,26 +236,38 @@ class MissingInput(KeyError):
 
 
 class TagInfo:
-    """CMS's tag info for all jets of one event: any named feature, computed on first use.
+    """CMS's tag info for all jets of one event, or of a batch of events (:meth:`of_batch`): any named
+    feature, computed on first use.
 
     Args:
         settings: the selection.
         jets: jet columns ``pt, eta, phi`` (and ``mass`` for ``*erel*``), one entry per jet.
         pf: PF-candidate columns (NanoAOD ``PFCands_*`` names).
-        members: constituent pairs ``jetIdx, pFCandsIdx`` (NanoAOD-style).
+        members: constituent pairs ``jetIdx, pFCandsIdx`` (NanoAOD-style) indexing ``jets`` and ``pf``.
         svs: secondary-vertex columns (``SV_*`` names).
         lost_tracks: lost-track columns (``LostTracks_*``), or None when the event has none.
+        layout: where each event's rows are when the columns are a batch's (default: one event).
     """
 
     def __init__(self, settings: TagInfoSettings, jets: Mapping[str, np.ndarray], pf: Mapping[str, np.ndarray],
                  members: Mapping[str, np.ndarray], svs: Mapping[str, np.ndarray],
-                 lost_tracks: Mapping[str, np.ndarray] | None = None):
+                 lost_tracks: Mapping[str, np.ndarray] | None = None, layout: EventLayout | None = None):
         self.settings, self.jets, self.pf, self.members = settings, jets, pf, members
         self.svs, self.lt = svs, lost_tracks
         self.n_jets = len(jets["pt"])
+        self.layout = layout or EventLayout.single(self.n_jets)
         self._cache: dict[str, np.ndarray] = {}
         self._blocks: dict[Callable, dict] = {}
         self._jet_cache: dict[int, dict[str, np.ndarray]] = {}
+
+    @classmethod
+    def of_batch(cls, settings: TagInfoSettings, jets: Flat, pf: Flat, members: Flat, svs: Flat,
+                 lost_tracks: Flat | None = None) -> TagInfo:
+        """The tag info of every jet of a batch of events, from its flattened collections (the constituent
+        indices, per event in the file, are made batch-wide)."""
+        layout = EventLayout(jets.event, svs.offsets, None if lost_tracks is None else lost_tracks.offsets)
+        return cls(settings, jets.columns, pf.columns, _global_members(jets, pf, members), svs.columns,
+                   None if lost_tracks is None else lost_tracks.columns, layout)
 
     # -- rows -------------------------------------------------------------------------------------------
     @cached_property
@@ -224,11 +298,16 @@ class TagInfo:
                 key = pt * weight
         return _rows(jet[keep], cand[keep], key[keep], self.n_jets)
 
-    def _near(self, other: Mapping[str, np.ndarray], radius: float, extra: np.ndarray | None = None) -> tuple:
-        """(jet, row) pairs of every jet with every row of ``other`` within ΔR < ``radius`` (and ``extra``)."""
-        n = len(other["pt"])
-        jet = np.repeat(np.arange(self.n_jets), n)
-        row = np.tile(np.arange(n), self.n_jets)
+    @staticmethod
+    def _offsets(other: Mapping[str, np.ndarray], offsets: np.ndarray | None) -> np.ndarray:
+        """A collection's event offsets (one event holding every row when ``offsets`` is None)."""
+        return np.array([0, len(other["pt"])], np.int64) if offsets is None else offsets
+
+    def _near(self, other: Mapping[str, np.ndarray], offsets: np.ndarray | None, radius: float,
+              extra: np.ndarray | None = None) -> tuple:
+        """(jet, row) pairs of every jet with every row of ``other`` of its event within ΔR < ``radius`` (and
+        ``extra``)."""
+        jet, row = event_pairs(self.layout.jet_event, self._offsets(other, offsets))
         dr2 = (np.asarray(other["eta"])[row] - self.jets["eta"][jet]) ** 2 + \
             delta_phi(np.asarray(other["phi"])[row], self.jets["phi"][jet]) ** 2
         keep = (dr2 < radius**2) & self._jet_ok[jet]
@@ -238,16 +317,17 @@ class TagInfo:
 
     @cached_property
     def sv_rows(self) -> _Rows:
-        jet, sv = self._near(self.svs, self.settings.jet_radius)
-        return _rows(jet, sv, np.nan_to_num(np.asarray(self.svs["dxySig"], np.float64)[sv]), self.n_jets)
+        jet, sv = self._near(self.svs, self.layout.sv_offsets, self.settings.jet_radius)
+        return _rows(jet, sv, np.nan_to_num(_take(self.svs["dxySig"], sv)), self.n_jets)
 
     @cached_property
     def lt_rows(self) -> _Rows:
         if self.lt is None:
             raise MissingInput("lost tracks")
         s = self.settings
-        jet, lt = self._near(self.lt, s.lost_track_max_dr, np.asarray(self.lt["pt"]) > s.lost_track_min_pt)
-        return _rows(jet, lt, np.asarray(self.lt["pt"], np.float64)[lt], self.n_jets)
+        jet, lt = self._near(self.lt, self.layout.lt_offsets, s.lost_track_max_dr,
+                             np.asarray(self.lt["pt"]) > s.lost_track_min_pt)
+        return _rows(jet, lt, _take(self.lt["pt"], lt), self.n_jets)
 
     def _collection_rows(self, name: str) -> _Rows:
         kind = collection_of(name)
@@ -285,7 +365,7 @@ class TagInfo:
         """The jet's ``pt, eta, phi`` and unit direction ``axis`` on each row (cached per row set)."""
         key = id(jet)
         if key not in self._jet_cache:
-            pt, eta, phi = (np.asarray(self.jets[k], np.float64)[jet] for k in ("pt", "eta", "phi"))
+            pt, eta, phi = (_take(self.jets[k], jet) for k in ("pt", "eta", "phi"))
             axis = _p3(np.ones_like(pt), eta, phi) / np.cosh(eta)[:, None]
             self._jet_cache[key] = {"pt": pt, "eta": eta, "phi": phi, "axis": axis, "rows": jet}
         return self._jet_cache[key]
@@ -298,8 +378,8 @@ class TagInfo:
     def _candidate_columns(self) -> dict[str, np.ndarray]:
         rows = self.pf_rows
         c = rows.index
-        out = {k: np.asarray(self.pf[k], np.float64)[c] for k in ("pt", "eta", "phi", "charge")}
-        out["mass"] = self._field(self.pf, "PF candidates", "mass").astype(np.float64)[c]
+        out = {k: _take(self.pf[k], c) for k in ("pt", "eta", "phi", "charge")}
+        out["mass"] = _take(self._field(self.pf, "PF candidates", "mass"), c)
         out["apid"] = np.abs(self._field(self.pf, "PF candidates", "pdgId")[c])
         out["track"] = out["charge"] != 0
         out["energy"] = _energy(out["pt"], out["eta"], out["mass"])
@@ -310,7 +390,7 @@ class TagInfo:
 
     def _track_geometry(self, columns: Mapping[str, np.ndarray], what: str, index: np.ndarray,
                         jet: np.ndarray) -> dict[str, np.ndarray]:
-        f = lambda name: self._field(columns, what, name).astype(np.float64)[index]  # noqa: E731
+        f = lambda name: _take(self._field(columns, what, name), index)  # noqa: E731
         pt, eta, phi = f("pt"), f("eta"), f("phi")
         ref = np.stack([f("vx"), f("vy"), f("vz")], axis=1)
         return track_geometry(ref, _p3(pt, eta, phi), self._jet_columns(jet)["axis"], f("dxy"), f("dxyError"),
@@ -324,7 +404,7 @@ class TagInfo:
             else np.ones(rows.index.size)
         etasign = np.where(j["eta"] > 0, 1.0, -1.0)
         track = c["track"]
-        field = lambda name: self._field(self.pf, "PF candidates", name).astype(np.float64)[rows.index]  # noqa: E731
+        field = lambda name: _take(self._field(self.pf, "PF candidates", name), rows.index)  # noqa: E731
         dphi = delta_phi(c["phi"], j["phi"])
         apid = c["apid"]
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -353,18 +433,24 @@ class TagInfo:
             "pfcand_dxysig": lambda: np.where(track, field("dxy") / np.where(track, field("dxyError"), 1.0), 0.0),
             "pfcand_dxydxy": lambda: np.where(track, field("dxyError") ** 2, 0.0),
             "pfcand_dzdz": lambda: np.where(track, field("dzError") ** 2, 0.0),
-            "pfcand_drminsv": lambda: self._min_dr_sv(c["eta"], c["phi"]),
+            "pfcand_drminsv": lambda: self._min_dr_sv(rows.jet, c["eta"], c["phi"]),
             "pfcand_erel": lambda: weight * c["energy"] / self._jet_energy(rows.jet),
             "pfcand_erel_log": lambda: _log(weight * c["energy"] / self._jet_energy(rows.jet)),
         }
         return _Lazy(out, lazy)
 
-    def _min_dr_sv(self, eta: np.ndarray, phi: np.ndarray) -> np.ndarray:
-        """ΔR to the nearest SV of the event (∞ without SVs, CMS's ``mindrsvpfcand`` start value)."""
+    def _min_dr_sv(self, jet: np.ndarray, eta: np.ndarray, phi: np.ndarray) -> np.ndarray:
+        """ΔR of each row (of ``jet``) to the nearest SV of its event (∞ without SVs, CMS's ``mindrsvpfcand``
+        start value); a minimum is exact, so the value does not depend on the batch."""
         s_eta, s_phi = np.asarray(self.svs["eta"], np.float64), np.asarray(self.svs["phi"], np.float64)
-        if s_eta.size == 0:
-            return np.full(eta.size, np.inf)
-        return np.hypot(eta[:, None] - s_eta[None], delta_phi(phi[:, None], s_phi[None])).min(axis=1)
+        row, sv = event_pairs(self.layout.jet_event[jet], self._offsets(self.svs, self.layout.sv_offsets))
+        out = np.full(eta.size, np.inf)
+        if sv.size:
+            dr = np.hypot(eta[row] - s_eta[sv], delta_phi(phi[row], s_phi[sv]))
+            count = np.bincount(row, minlength=eta.size)
+            has = count > 0
+            out[has] = np.minimum.reduceat(dr, (np.cumsum(count) - count)[has])
+        return out
 
     def _pfcand_track(self) -> dict[str, np.ndarray]:
         rows, track = self.pf_rows, self._candidates()["track"]
@@ -377,12 +463,12 @@ class TagInfo:
 
     def _sv_features(self) -> dict[str, np.ndarray]:
         rows = self.sv_rows
-        v = {k: np.asarray(self.svs[k], np.float64)[rows.index] for k in
+        v = {k: _take(self.svs[k], rows.index) for k in
              ("pt", "eta", "phi", "mass", "ntracks", "chi2", "dxy", "dxySig", "dlen", "dlenSig")}
         j = self._jet_columns(rows.jet)
         dphi = delta_phi(v["phi"], j["phi"])
         energy = _energy(v["pt"], v["eta"], v["mass"])
-        angle = lambda: self._field(self.svs, "SVs", "pAngle").astype(np.float64)[rows.index]  # noqa: E731
+        angle = lambda: _take(self._field(self.svs, "SVs", "pAngle"), rows.index)  # noqa: E731
         lazy = {"sv_erel": lambda: energy / self._jet_energy(rows.jet),
                 "sv_erel_log": lambda: _log(energy / self._jet_energy(rows.jet)),
                 "sv_costhetasvpv": lambda: np.cos(angle())}
@@ -398,7 +484,7 @@ class TagInfo:
     def _jet_pfcand(self) -> dict[str, np.ndarray]:
         rows, c = self.pf_rows, self._candidates()
         j = self._jet_columns(rows.jet)
-        field = lambda name: self._field(self.pf, "PF candidates", name).astype(np.float64)[rows.index]  # noqa: E731
+        field = lambda name: _take(self._field(self.pf, "PF candidates", name), rows.index)  # noqa: E731
         apid, charged = c["apid"], c["charge"] != 0
         p3 = _p3(c["pt"], c["eta"], c["phi"])
         p = np.linalg.norm(p3, axis=1)
@@ -441,12 +527,12 @@ class TagInfo:
 
     def _jet_sv(self) -> dict[str, np.ndarray]:
         rows = self.sv_rows
-        v = {k: np.asarray(self.svs[k], np.float64)[rows.index] for k in
+        v = {k: _take(self.svs[k], rows.index) for k in
              ("pt", "eta", "phi", "mass", "ntracks", "chi2", "dxySig", "dlen", "dlenSig", "dxy")}
         j = self._jet_columns(rows.jet)
 
         def signed(dims: int) -> np.ndarray:
-            pos = np.stack([self._field(self.svs, "SVs", k).astype(np.float64)[rows.index] for k in "xyz"], axis=1)
+            pos = np.stack([_take(self._field(self.svs, "SVs", k), rows.index) for k in "xyz"], axis=1)
             return np.where((pos[:, :dims] * j["axis"][:, :dims]).sum(axis=1) >= 0, 1.0, -1.0)
 
         return _Lazy({
@@ -459,7 +545,7 @@ class TagInfo:
     def _jet_losttrack(self) -> dict[str, np.ndarray]:
         rows = self.lt_rows
         what = "lost tracks"
-        field = lambda name: self._field(self.lt, what, name).astype(np.float64)[rows.index]  # noqa: E731
+        field = lambda name: _take(self._field(self.lt, what, name), rows.index)  # noqa: E731
         pt, eta, phi = field("pt"), field("eta"), field("phi")
         j = self._jet_columns(rows.jet)
         out = {"lt_mask": np.ones(rows.index.size), "jet_losttrack_pt_log": _nan_to_zero(_log(pt)),
@@ -490,7 +576,7 @@ TRACK_NAMES = tuple(f"jet_pfcand_{s}" for s in TRACK_SUFFIXES)
 
 def _track_features(prefix: str, columns: Mapping[str, np.ndarray], what: str, rows: _Rows, track: np.ndarray,
                     info: TagInfo) -> dict[str, np.ndarray]:
-    field = lambda name: info._field(columns, what, name).astype(np.float64)[rows.index]  # noqa: E731
+    field = lambda name: _take(info._field(columns, what, name), rows.index)  # noqa: E731
     g = info._track_geometry(columns, what, rows.index, rows.jet)
     safe = lambda x: np.where(track, x, 1.0)  # noqa: E731
     with np.errstate(divide="ignore", invalid="ignore"):
