@@ -11,15 +11,22 @@ quality, segment and calo compatibility, matches and hits per muon station) from
 ``Muon`` collections (:data:`ELECTRON_FIELDS`, :data:`MUON_FIELDS`); without them those channels are
 0, as for a τ with no reco lepton near it. Values are raw (CMS scales them in the producer; the
 project's model standardises them in its first layer).
+
+The build is columnar: :func:`batch_deeptau_inputs` takes the τs and objects of many events flattened
+(:class:`~.columns.Flat`) and pairs each τ only with its own event's objects, so a batch of events costs a
+few numpy calls instead of a few per event; :func:`deeptau_inputs` is the same build for one event. Every
+value is computed elementwise, so a τ's inputs are bit-identical whatever batch it comes in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..common.kinematics import delta_phi
+from .columns import Flat
 
 COMMON = ("rho", "tau_pt", "tau_eta", "tau_inside_ecal_crack")
 _TRACK = ("lostInnerHits", "numberOfPixelHits", "vertex_dx", "vertex_dy", "vertex_dz", "vertex_dx_tauFL",
@@ -108,14 +115,15 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / den, 0.0)
 
 
-def tau_block(tau: Mapping[str, np.ndarray], rho: float) -> np.ndarray:
-    """``[taus, 43]`` float32: CMS's τ-level inputs, raw."""
+def tau_block(tau: Mapping[str, np.ndarray], rho: float | np.ndarray) -> np.ndarray:
+    """``[taus, 43]`` float32: CMS's τ-level inputs, raw; ``rho``: the event's ρ, or each τ's event's ρ."""
     pt, eta, mass = tau["pt"].astype(np.float64), tau["eta"], tau["mass"]
     energy = np.sqrt((pt * np.cosh(eta)) ** 2 + mass**2)
     dm = tau["decayMode"]
     sv = tau["hasSecondaryVertex"] > 0
     v = {
-        "rho": np.full(pt.size, rho), "tau_pt": pt, "tau_eta": eta, "tau_mass": mass, "tau_E_over_pt": energy / pt,
+        "rho": np.broadcast_to(np.asarray(rho, dtype=np.float64), pt.shape), "tau_pt": pt, "tau_eta": eta,
+        "tau_mass": mass, "tau_E_over_pt": energy / pt,
         "tau_charge": tau["charge"], "tau_n_charged_prongs": dm // 5 + 1, "tau_n_neutral_prongs": dm % 5,
         "chargedIsoPtSum": tau["chargedIsoPtSum"],
         "chargedIsoPtSumdR03_over_dR05": _ratio(tau["chargedIsoPtSumdR03"], tau["chargedIsoPtSum"]),
@@ -234,19 +242,48 @@ def _channel_plan(block: tuple[str, ...]) -> dict[str, tuple[np.ndarray, list[st
 PLANS = {name: _channel_plan(block) for name, block in BLOCKS.items()}
 
 
-def _leading_in_cells(eta: np.ndarray, phi: np.ndarray, pt: np.ndarray, kind: np.ndarray,
-                      tau: Mapping[str, np.ndarray], inner_outer: str) -> tuple[np.ndarray, ...]:
+@dataclass(frozen=True)
+class _Pairs:
+    """(τ, object) pairs of the same event close enough to the τ to fall in its outer grid: the τ's and the
+    object's row in the flattened batch, and the object's Δη, Δφ to the τ."""
+
+    t: np.ndarray
+    obj: np.ndarray
+    deta: np.ndarray
+    dphi: np.ndarray
+
+
+#: the widest grid's half-width in η and φ: objects beyond it are in no cell of the τ
+_REACH = max(size * n_cells / 2 for n_cells, size in GRIDS.values())
+
+
+def _event_pairs(tau_event: np.ndarray, obj_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (τ, object) of the same event: τ by τ, each τ's objects in collection order — the order of
+    the one-event build, so that equal pTs in a cell resolve to the same object."""
+    starts = obj_offsets[tau_event]
+    per_tau = obj_offsets[tau_event + 1] - starts
+    t = np.repeat(np.arange(tau_event.size), per_tau)
+    first_pair = np.cumsum(per_tau) - per_tau
+    obj = np.arange(t.size) - np.repeat(first_pair - starts, per_tau)
+    return t, obj
+
+
+def _nearby(objects: Flat, tau: Flat) -> _Pairs:
+    """The (τ, object) pairs of each event that can land in a grid cell (computed once for both grids)."""
+    t, obj = _event_pairs(tau.event, objects.offsets)
+    deta = objects.columns["eta"][obj] - tau.columns["eta"][t]
+    dphi = delta_phi(objects.columns["phi"][obj], tau.columns["phi"][t])
+    inside = (np.abs(deta) <= _REACH) & (np.abs(dphi) <= _REACH)
+    return _Pairs(t[inside], obj[inside], deta[inside], dphi[inside])
+
+
+def _leading_in_cells(pairs: _Pairs, pt: np.ndarray, kind: np.ndarray, inner_outer: str) -> tuple[np.ndarray, ...]:
     """``(τ, object, η cell, φ cell)`` of the highest-pT object of each kind in each cell of each τ's grid."""
     n_cells, size = GRIDS[inner_outer]
     half = n_cells // 2
-    n_tau, n_obj = len(tau["pt"]), len(pt)
-    t = np.repeat(np.arange(n_tau), n_obj)
-    obj = np.tile(np.arange(n_obj), n_tau)
-    deta = eta[obj] - tau["eta"][t]
-    dphi = delta_phi(phi[obj], tau["phi"][t])
     reach = size * n_cells / 2
-    inside = (np.abs(deta) <= reach) & (np.abs(dphi) <= reach)
-    t, obj, deta, dphi = t[inside], obj[inside], deta[inside], dphi[inside]
+    inside = (np.abs(pairs.deta) <= reach) & (np.abs(pairs.dphi) <= reach)
+    t, obj, deta, dphi = pairs.t[inside], pairs.obj[inside], pairs.deta[inside], pairs.dphi[inside]
     ieta = np.clip(np.copysign(np.floor(np.abs(deta) / size + 0.5), deta), -half, half).astype(np.int64) + half
     iphi = np.clip(np.copysign(np.floor(np.abs(dphi) / size + 0.5), dphi), -half, half).astype(np.int64) + half
     key = ((t * n_cells + ieta) * n_cells + iphi) * 1000 + kind[obj]
@@ -257,58 +294,96 @@ def _leading_in_cells(eta: np.ndarray, phi: np.ndarray, pt: np.ndarray, kind: np
     return t[best], obj[best], ieta[best], iphi[best]
 
 
-def grids(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float, inner_outer: str,
-          leptons: Mapping[str, Mapping[str, np.ndarray] | None] | None = None) -> dict[str, np.ndarray]:
-    """The three ``[taus, n, n, channels]`` grids (egamma, muon, hadrons) of the inner or outer grid;
-    ``leptons``: the ``Electron`` and ``Muon`` collections (absent or None: their channels stay 0)."""
-    n_cells, _ = GRIDS[inner_outer]
-    n_tau = len(tau["pt"])
-    out = {name: np.zeros((n_tau, n_cells, n_cells, len(block)), dtype=np.float32) for name, block in BLOCKS.items()}
-    if n_tau == 0:
-        return out
-    filled = []  # (prefix, τ, η cell, φ cell, variables)
-    if len(pf["pt"]):
-        apid = np.abs(pf["pdgId"]).astype(np.int64)
-        known = np.isin(apid, (11, 13, 22, 130, 211))
-        kind = np.where(known, apid, 0)
-        t, cand, ieta, iphi = _leading_in_cells(pf["eta"], pf["phi"], np.where(known, pf["pt"], -1.0), kind, tau,
-                                                inner_outer)
+def _fill(out: dict[str, np.ndarray], inner_outer: str, prefix: str, cells: tuple[np.ndarray, ...],
+          variables: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho_tau: np.ndarray) -> None:
+    """Writes one object type's variables, and the common variables, into the cells ``(τ, η, φ)`` it occupies."""
+    t, ieta, iphi = cells
+    common = np.stack([rho_tau[t], tau["pt"][t], tau["eta"][t], tau["insideEcalCrack"][t]], axis=1)
+    cell = (t[:, None], ieta[:, None], iphi[:, None])
+    for block_name, plan in PLANS.items():
+        if prefix not in plan:
+            continue
+        channels, names = plan[prefix]
+        values = np.stack([np.asarray(variables[v], dtype=np.float64) for v in names], axis=1)
+        grid = out[f"input_{inner_outer}_{block_name}"]
+        grid[cell + (channels[None, :],)] = np.where(np.isfinite(values), values, 0.0)
+        grid[cell + (np.arange(len(COMMON))[None, :],)] = common
+
+
+def _fill_pf_candidates(out: dict[str, np.ndarray], pf: Flat, tau: Flat, rho_tau: np.ndarray) -> None:
+    """The PF-candidate channels: per cell and type (by |pdgId|), the leading candidate of the τ's event."""
+    cols = pf.columns
+    apid = np.abs(cols["pdgId"]).astype(np.int64)
+    known = np.isin(apid, (11, 13, 22, 130, 211))
+    kind = np.where(known, apid, 0)
+    rank_pt = np.where(known, cols["pt"], -1.0)
+    pairs = _nearby(pf, tau)
+    for which in GRIDS:
+        t, cand, ieta, iphi = _leading_in_cells(pairs, rank_pt, kind, which)
         use = known[cand]
         t, cand, ieta, iphi = t[use], cand[use], ieta[use], iphi[use]
-        variables = _object_variables(pf, cand, tau, t)
+        variables = _object_variables(cols, cand, tau.columns, t)
         for prefix, code in TYPES.items():
             rows = apid[cand] == code if code else np.zeros(cand.size, dtype=bool)
             if rows.any():
                 values = {k: np.asarray(v)[rows] for k, v in variables.items()}
-                filled.append((prefix, t[rows], ieta[rows], iphi[rows], values))
+                _fill(out, which, prefix, (t[rows], ieta[rows], iphi[rows]), values, tau.columns, rho_tau)
+
+
+def _fill_reco_leptons(out: dict[str, np.ndarray], prefix: str, lep: Flat, tau: Flat, rho_tau: np.ndarray) -> None:
+    """The ``ele_*`` or ``muon_*`` channels: per cell, the leading reco lepton of the τ's event."""
+    pairs = _nearby(lep, tau)
+    no_kind = np.zeros(len(lep.columns["pt"]), np.int64)
+    for which in GRIDS:
+        t, i, ieta, iphi = _leading_in_cells(pairs, lep.columns["pt"], no_kind, which)
+        if t.size:
+            _fill(out, which, prefix, (t, ieta, iphi), _lepton_variables(prefix, lep.columns, i, tau.columns, t),
+                  tau.columns, rho_tau)
+
+
+def batch_grids(pf: Flat, tau: Flat, rho_tau: np.ndarray,
+                leptons: Mapping[str, Flat | None] | None = None) -> dict[str, np.ndarray]:
+    """The six ``[taus, n, n, channels]`` grids (``input_<inner|outer>_<egamma|muon|hadrons>``) of all τs of
+    a batch, each τ's cells filled from its own event's objects; ``rho_tau``: each τ's event's ρ;
+    ``leptons``: the ``Electron`` and ``Muon`` collections (absent or None: their channels stay 0)."""
+    n_tau = len(tau.columns["pt"])
+    out = {f"input_{which}_{name}": np.zeros((n_tau, n_cells, n_cells, len(block)), dtype=np.float32)
+           for which, (n_cells, _) in GRIDS.items() for name, block in BLOCKS.items()}
+    if n_tau == 0:
+        return out
+    if len(pf.columns["pt"]):
+        _fill_pf_candidates(out, pf, tau, rho_tau)
     for collection, prefix in LEPTON_PREFIX.items():
         lep = (leptons or {}).get(collection)
-        if lep is None or len(lep["pt"]) == 0:
-            continue
-        t, i, ieta, iphi = _leading_in_cells(lep["eta"], lep["phi"], lep["pt"], np.zeros(len(lep["pt"]), np.int64),
-                                             tau, inner_outer)
-        if t.size:
-            filled.append((prefix, t, ieta, iphi, _lepton_variables(prefix, lep, i, tau, t)))
-    for prefix, t, ieta, iphi, variables in filled:
-        common = np.stack([np.full(t.size, rho), tau["pt"][t], tau["eta"][t], tau["insideEcalCrack"][t]], axis=1)
-        for block_name, plan in PLANS.items():
-            if prefix not in plan:
-                continue
-            channels, names = plan[prefix]
-            values = np.stack([np.asarray(variables[v], dtype=np.float64) for v in names], axis=1)
-            cell = (t[:, None], ieta[:, None], iphi[:, None])
-            grid = out[block_name]
-            grid[cell + (channels[None, :],)] = np.where(np.isfinite(values), values, 0.0)
-            grid[cell + (np.arange(len(COMMON))[None, :],)] = common
+        if lep is not None and len(lep.columns.get("pt", ())):
+            _fill_reco_leptons(out, prefix, lep, tau, rho_tau)
     return out
+
+
+def batch_deeptau_inputs(pf: Flat, tau: Flat, rho: np.ndarray,
+                         leptons: Mapping[str, Flat | None] | None = None) -> dict[str, np.ndarray]:
+    """All seven DeepTau inputs (CMS names) of every τ of a batch, one row per τ in event order.
+
+    ``pf``, ``tau`` and ``leptons`` (``{"Electron": ..., "Muon": ...}``, :data:`ELECTRON_FIELDS`,
+    :data:`MUON_FIELDS`) are the batch's collections flattened; ``rho``: one value per event.
+    """
+    rho_tau = np.asarray(rho, dtype=np.float64)[tau.event]
+    inputs = {"input_tau": tau_block(tau.columns, rho_tau)}
+    inputs.update(batch_grids(pf, tau, rho_tau, leptons))
+    return inputs
+
+
+def _one_event(cols: Mapping[str, np.ndarray] | None) -> Flat | None:
+    """One event's columns as a batch of one."""
+    if cols is None:
+        return None
+    return Flat(dict(cols), np.array([len(cols["pt"]) if "pt" in cols else 0], dtype=np.int64))
 
 
 def deeptau_inputs(pf: Mapping[str, np.ndarray], tau: Mapping[str, np.ndarray], rho: float,
                    leptons: Mapping[str, Mapping[str, np.ndarray] | None] | None = None) -> dict[str, np.ndarray]:
     """All seven DeepTau inputs of one event's τs (CMS names); ``leptons``: ``{"Electron": ..., "Muon": ...}``
-    columns (:data:`ELECTRON_FIELDS`, :data:`MUON_FIELDS`) for the reco-lepton channels."""
-    inputs = {"input_tau": tau_block(tau, rho)}
-    for which in GRIDS:
-        for block, array in grids(pf, tau, rho, which, leptons).items():
-            inputs[f"input_{which}_{block}"] = array
-    return inputs
+    columns (:data:`ELECTRON_FIELDS`, :data:`MUON_FIELDS`) for the reco-lepton channels. The batch build on
+    a batch of one event (for training-set builders and tests that work event by event)."""
+    return batch_deeptau_inputs(_one_event(pf), _one_event(tau), np.array([rho], dtype=np.float64),
+                                {name: _one_event(cols) for name, cols in (leptons or {}).items()})
