@@ -97,7 +97,9 @@ def test_requests_fail_over_to_another_server(tmp_path, demo_repository, rng):
 
 def test_a_job_whose_only_server_dies_finishes_on_the_fallback(tmp_path):
     def run(output: str, *overrides: str) -> Process:
+        # one event per call: the server must die with a steady stream of requests in flight
         cfg = cfgmod.load("demo_inference", [f"output.file={output}", "source.events=1500", "options.progress=false",
+                                             "options.events_per_call=1",
                                              *overrides])
         process = Process(cfg)
         process.run()
