@@ -37,6 +37,24 @@ def machine_description() -> str:
     return f"{cpu}, {cores} cores{memory}{gpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (None where the system has none). Printed beside a bench's times: on a
+    machine busier than its cores a wall clock counts the waits for a core too, and the reader must know."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def describe_load(before: float | None, after: float | None) -> str:
+    """``load 8.2 → 7.9 on 2 cores``: the machine's business over a bench, for its page."""
+    if before is None or after is None:
+        return "load: unknown"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    busy = " (busier than its cores: wall times include waits for a core)" if max(before, after) > (cores or 1) else ""
+    return f"load (1-min average) {before:.1f} → {after:.1f} on {cores} cores{busy}"
+
+
 def bench_command(name: str) -> str:
     """The command line that ran this bench, for its report: ``sonic bench NAME ...`` with the output folder
     written ``OUT`` (a temporary path says nothing to a reader); just ``sonic bench NAME`` when not run from

@@ -54,8 +54,10 @@ def add_lazy(subparsers: argparse._SubParsersAction, name: str, module: str, pro
         # the same Parser as every other sub-command: an argument error is one line, exit 2
         parser = Parser(prog=prog, description=impl.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
         if out_option:
-            parser.add_argument("--out", default=f"bench-{name}", metavar="DIR",
-                                help="directory for the tables (Markdown, JSON) and plots (PNG)")
+            # build/ is git-ignored wherever it lies: results run from a checkout never land in the package
+            parser.add_argument("--out", default=f"build/bench-{name}", metavar="DIR",
+                                help="directory for the tables (Markdown, JSON) and plots (PNG) "
+                                     "(default: build/bench-NAME)")
         impl.add_arguments(parser)
         if not any("-v" in action.option_strings for action in parser._actions):  # noqa: SLF001
             parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")

@@ -14,7 +14,7 @@ from ._lazy import add_lazy, discover
 #: what ``sonic bench --help`` says: how to use it (the discovery above is for developers, not users)
 USAGE = """\
 Run a reproducible benchmark; each writes its tables (Markdown, JSON) and plots (PNG) to --out DIR
-(default: bench-NAME) and prints the tables.
+(default: build/bench-NAME, git-ignored) and prints the tables.
 
 examples:
   sonic bench framework --io-events 50000
