@@ -156,23 +156,31 @@ class Process:
         self.prototypes = {label: proto[label] for label in self.graph.order}
         self.output_products, self.output_columns = self._output_selection()
         self.requests = self._source_requests()
-        self.events_per_call = self._events_per_call()
-        # batches never span two chunks: a chunk holds at least one batch
-        source = config.source if config.source.chunk_size >= self.events_per_call else \
-            dataclasses.replace(config.source, chunk_size=self.events_per_call)
-        self.source = make_source(source, self.requests) if open_source else None
+        self.events_per_call = self._events_per_call(None)
+        if open_source:
+            self.source = make_source(config.source, self.requests)
+            self.events_per_call = self._events_per_call(self.source.total)
+            if self.events_per_call > config.source.chunk_size:  # batches never span two chunks
+                self.source.config = dataclasses.replace(config.source, chunk_size=self.events_per_call)
+        else:
+            self.source = None
         self.services = self._make_services()
 
-    def _events_per_call(self) -> int:
+    def _events_per_call(self, total: int | None) -> int:
         """``options.events_per_call``, or when it is 0 the most events per call (up to
-        :data:`~.config.AUTO_EVENTS_PER_CALL`) whose batches in flight fit ``options.memory_mb``, from the
-        memory each module declares one event needs in it."""
+        :data:`~.config.AUTO_EVENTS_PER_CALL`) whose batches in flight fit ``options.memory_mb``, by the
+        memory each module declares one event needs in it, and that still give every stream a batch of the
+        job's ``total`` events (a job of 20 events on 2 streams runs batches of 10, not one of 20). A job with
+        no columnar module runs one event per call: batches gain per-event modules nothing."""
         options = self.config.options
         if options.events_per_call:
             return options.events_per_call
+        if not any(m.columnar for m in self.prototypes.values()):
+            return 1
         per_event = max((m.memory_per_event_mb for m in self.prototypes.values()), default=1.0)
         fits = int(options.memory_mb // (per_event * options.streams))
-        return max(1, min(AUTO_EVENTS_PER_CALL, fits))
+        shared = -(-total // options.streams) if total else AUTO_EVENTS_PER_CALL
+        return max(1, min(AUTO_EVENTS_PER_CALL, fits, shared))
 
     # -- validation ----------------------------------------------------------------------------------
     def _module_type(self, mc: Any) -> type[Module]:

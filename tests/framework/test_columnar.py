@@ -146,13 +146,17 @@ def test_a_columnar_filter_must_return_one_decision_per_event(tmp_path):
 
 
 def test_the_scheduler_chooses_events_per_call_within_the_memory_budget():
-    data = {"source": {"type": "empty", "events": 10}, "modules": {"c": {"type": "CAdd"}},
-            "options": {"streams": 4, "memory_mb": 100}}
-    assert Process(cfgmod.parse(data, file="t.yaml")).events_per_call == 25
-    data["options"] = {"streams": 1}
-    assert Process(cfgmod.parse(data, file="t.yaml")).events_per_call == 500  # the cap
-    data["options"] = {"streams": 1, "events_per_call": 3}
-    assert Process(cfgmod.parse(data, file="t.yaml")).events_per_call == 3
+    def chosen(events, **options):
+        data = {"source": {"type": "empty", "events": events}, "modules": {"c": {"type": "CAdd"}}, "options": options}
+        return Process(cfgmod.parse(data, file="t.yaml")).events_per_call
+
+    assert chosen(100_000, streams=4, memory_mb=100) == 25         # 100 MB / (1 MB per event × 4 streams)
+    assert chosen(100_000, streams=1) == 500                        # the cap
+    assert chosen(100_000, streams=1, events_per_call=3) == 3       # given: taken as it is
+    assert chosen(20, streams=2) == 10                              # every stream gets a batch
+    assert chosen(21, streams=2) == 11
+    per_event = {"source": {"type": "empty", "events": 1000}, "modules": {"t": {"type": "TAdd"}}}
+    assert Process(cfgmod.parse(per_event, file="t.yaml")).events_per_call == 1  # nothing to gain from batches
 
 
 def test_describe_says_whether_a_module_is_columnar():
