@@ -196,7 +196,8 @@ def paced_config(path: Path, events: int, pace_ms: float = 20.0, fleet_tls: dict
         "output": {"file": "fleettest.root", "products": ["tagger:scores as ToyJet"]},
         "services": {"inference": {"mode": "direct", "repository": [str(DEMO)], "fallback": False,
                                    "timeout_s": 10.0}},
-        "options": {"streams": 2, "threads": 1},
+        # one event per call: a request per event the whole time, so the faults land among requests in flight
+        "options": {"streams": 2, "threads": 1, "events_per_call": 1},
     }
     if fleet_tls:
         config["services"]["inference"]["fleet_tls"] = fleet_tls

@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow, pytest.mark.timeout(300)]
 JOBS = 6
 EVENTS = 3000  # ~30 s of work per job here: long enough for the whole fault schedule to land mid-run
 TIMEOUT_S = 2.0
-SETTINGS = [f"source.events={EVENTS}", "options.progress=false", f"services.inference.timeout_s={TIMEOUT_S}",
+# one event per call: a steady stream of requests, so each fault lands with requests in flight
+SETTINGS = [f"source.events={EVENTS}", "options.progress=false", "options.events_per_call=1",
+            f"services.inference.timeout_s={TIMEOUT_S}",
             "services.inference.breaker_backoff_s=0.5", "services.inference.breaker_max_backoff_s=2"]
 
 

@@ -126,8 +126,12 @@ def test_miniaod_table_gives_cpu_per_event_and_says_what_was_not_measured():
 
     def run(mode, event_ms, job, server):
         modules = [{"label": "pnetAK4", "type": "ParticleNetTagger", "ms_per_event": 1.0, "fraction": 0.1}]
-        return {"mode": mode, "events": 10, "event_ms": event_ms, "events_per_s": 1000 / event_ms,
-                "job_cpu_ms": job, "server_cpu_ms": server, "modules": modules, "repeats_event_ms": [event_ms]}
+        return {"mode": mode, "label": f"{mode}@1", "events_per_call": 1, "events_per_call_requested": 1,
+                "events_per_module_call": 1.0,
+                "events": 10, "event_ms": event_ms, "events_per_s": 1000 / event_ms, "job_cpu_ms": job,
+                "server_cpu_ms": server, "model_ms": 1.0, "not_in_model_ms": job - 1.0, "requests": 10,
+                "requests_per_event": 1.0, "client_cpu_ms_per_request": None if server is None else job / 10,
+                "model_counters": {}, "modules": modules, "repeats_event_ms": [event_ms]}
 
     results = {"machine": "m", "input": "f.root", "config": "miniaod", "streams": 1, "threads": 1, "repeat": 1,
                "pinning": "none", "models": {"pnetAK4": "miniaod_particlenet_ak4"}, "input_mb": {"pnetAK4": 0.04},
@@ -136,7 +140,7 @@ def test_miniaod_table_gives_cpu_per_event_and_says_what_was_not_measured():
                "unavailable": {"sonic-native": "the native onnxruntime backend is not available: no g++"}}
     text = miniaod.markdown(results)
     assert "| CPU: job (+ server) ms/evt | | | | 8.0 | | 6.0 + 4.0 = 10.0 | |" in text
-    assert "sonic-python **1.20×**" in text and "sonic-python 1.25×" in text
+    assert "| sonic-python@1 | 1 · 1.0 | 12.00 | 83.3 | 6.00 | 4.00 |" in text  # the run table: CPU of job and server
     assert "sonic-native: not measured: the native onnxruntime backend is not available: no g++" in text
 
 

@@ -139,7 +139,8 @@ def job_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     source = [f"source.events={spec['events']}"] if spec["input"] is None else \
         [f"source.files=[{spec['input']}]", f"source.max_events={spec['events']}"]
-    overrides = [*source, "options.streams=1",
+    # one event per call: the bench models the papers' jobs, each event's request in turn (t_other + t_ml per event)
+    overrides = [*source, "options.streams=1", "options.events_per_call=1",
                  "options.threads=1", "options.progress=false", "output.file=null", "services.inference.mode=sonic",
                  f"services.inference.servers=[{','.join(spec['servers'])}]", "services.inference.fallback=false",
                  f"services.inference.repository=[{spec['repository']}]",
