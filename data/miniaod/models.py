@@ -2,7 +2,9 @@
 
 * :class:`ParticleNet` — EdgeConv blocks on the jet's particle cloud (PF candidates and SVs embedded to a
   common width and joined as CMS's ParticleNet-with-SV does), masked average pooling, softmax over
-  jet classes. Padded points are moved far away (+1e9) so they are never anyone's neighbours.
+  jet classes. Padded points are moved far away (+1e9) in every EdgeConv's kNN coordinates (the
+  first's (η, φ) and the later ones' features), as CMS does, so they are never anyone's neighbours and
+  a jet's score does not depend on how far it is padded.
 * :class:`DeepMET` — a per-candidate network (DeepMET v1 style: embeddings of charge, pdgId, fromPV
   joined to the continuous inputs) with an event-context term, giving each candidate a weight in
   [0, 2]; MET = −Σ w·(px, py), in the inputs' units of 50 GeV.
@@ -60,7 +62,7 @@ class EdgeConv(nn.Module):
 class ParticleNet(nn.Module):
     """ParticleNet with secondary vertices; inputs in CMS's names and layout ``[B, C, N]``.
 
-    The first EdgeConv's kNN needs ``k + 1`` points per jet: CMS pads AK4 inputs to at least 8 particles
+    Each EdgeConv's kNN needs ``k + 1`` points per jet: CMS pads AK4 inputs to at least 8 particles
     and 1 SV (so k ≤ 8) and AK8 inputs to 16 + 1 (k ≤ 16).
     """
 
@@ -82,11 +84,12 @@ class ParticleNet(nn.Module):
 
     def logits(self, pf_points, pf_features, pf_mask, sv_points, sv_features, sv_mask) -> torch.Tensor:
         mask = torch.cat([pf_mask, sv_mask], dim=2)
-        points = torch.cat([pf_points, sv_points], dim=2) * mask + (1.0 - mask) * 1e9
+        shift = (1.0 - mask) * 1e9  # CMS's coord_shift: padded points are no one's neighbours, in every EdgeConv
+        points = torch.cat([pf_points, sv_points], dim=2) * mask + shift
         x = torch.cat([self.pf_embed(pf_features * pf_mask), self.sv_embed(sv_features * sv_mask)], dim=2) * mask
         outputs = []
         for i, edge in enumerate(self.edges):
-            x = edge(points if i == 0 else x, x) * mask
+            x = edge(points if i == 0 else x + shift, x) * mask
             outputs.append(x)
         x = self.fusion(torch.cat(outputs, dim=1)) * mask
         pooled = x.sum(dim=2) / mask.sum(dim=2).clamp(min=1.0)
