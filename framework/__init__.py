@@ -13,7 +13,7 @@ and users running jobs from Python (a notebook), the API of :mod:`.api`::
 from .config import ProcessConfig, load
 from .errors import ConfigError, GraphError, InferenceError, ModuleError, OutputError, SonicError, SourceError
 from .event import EventID, EventView
-from .futures import as_future, completed, delayed, gather
+from .futures import as_future, completed, delayed, gather, then
 from .module import Analyzer, ExternalWork, Filter, Module, Producer
 from .params import InputTag, Output, Param
 from .process import Interrupted, Process, RunResult
@@ -23,5 +23,5 @@ __all__ = [
     "Analyzer", "ConfigError", "EventID", "EventProducts", "EventStream", "EventView", "ExternalWork", "Filter",
     "GraphError", "InferenceError", "InputTag", "Interrupted", "Module", "ModuleError", "ModuleReport", "Output",
     "OutputError", "Param", "Process", "ProcessConfig", "Producer", "Result", "RunResult", "SonicError",
-    "SourceError", "as_future", "completed", "configure", "delayed", "events", "gather", "load", "run",
+    "SourceError", "as_future", "completed", "configure", "delayed", "events", "gather", "load", "run", "then",
 ]

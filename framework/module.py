@@ -83,8 +83,9 @@ class Module(abc.ABC):
     #: entry per event, one array put per product) instead of one event: the fast path in Python, where the
     #: cost is per call; per-event modules (the default) keep CMSSW's idiom
     columnar: ClassVar[bool] = False
-    #: memory one event in flight needs in this module (MB), for the scheduler's choice of events per call
-    memory_per_event_mb: ClassVar[float] = 1.0
+    #: memory one event of a batch needs in this module (MB): its inputs, temporaries and products. The
+    #: scheduler sums it over the job's modules to choose the events per call that fit ``options.memory_mb``
+    memory_per_event_mb: ClassVar[float] = 0.1
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

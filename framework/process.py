@@ -169,7 +169,8 @@ class Process:
     def _events_per_call(self, total: int | None) -> int:
         """``options.events_per_call``, or when it is 0 the most events per call (up to
         :data:`~.config.AUTO_EVENTS_PER_CALL`) whose batches in flight fit ``options.memory_mb``, by the
-        memory each module declares one event needs in it, and that still give every stream a batch of the
+        memory the modules declare one event needs in them (summed: a batch's inputs, temporaries and
+        products of every module may be alive at once), and that still give every stream a batch of the
         job's ``total`` events (a job of 20 events on 2 streams runs batches of 10, not one of 20). A job with
         no columnar module runs one event per call: batches gain per-event modules nothing."""
         options = self.config.options
@@ -177,8 +178,8 @@ class Process:
             return options.events_per_call
         if not any(m.columnar for m in self.prototypes.values()):
             return 1
-        per_event = max((m.memory_per_event_mb for m in self.prototypes.values()), default=1.0)
-        fits = int(options.memory_mb // (per_event * options.streams))
+        per_event = sum(m.memory_per_event_mb for m in self.prototypes.values()) or 0.1
+        fits = int(options.memory_mb / (per_event * options.streams) + 1e-9)  # 10 / 0.4 is 24.999...
         shared = -(-total // options.streams) if total else AUTO_EVENTS_PER_CALL
         return max(1, min(AUTO_EVENTS_PER_CALL, fits, shared))
 

@@ -26,10 +26,11 @@ import numpy as np
 
 from ...framework import InputTag, Output, Param
 from ...framework.errors import ConfigError
+from ...framework.futures import gather, then
 from ...framework.inference import InferenceProducer
 from .columns import Flat, flat_columns, model_labels
 from .discriminators import make_discriminators
-from .preprocess import build_inputs, find_preprocess, load_preprocess
+from .preprocess import build_inputs, find_preprocess, jet_lengths, load_preprocess
 from .tag_info import FEATURE_BLOCKS, MissingInput, TagInfo, TagInfoSettings, collection_of
 
 #: fields read by every ParticleNet version the project knows (the from-MiniAOD and the costheta / signed
@@ -164,11 +165,24 @@ class BoostedJetTags(InferenceProducer):
                               key=f"modules.{self.label}") from None
 
     def acquire(self, events) -> Future | None:
-        """One request with a row per jet of the batch; none when no event has a jet."""
+        """The batch's jets in as few requests as the model's max_batch_size allows; none when no event has a
+        jet. One request is padded to its longest jet (CMS's rule); when the jets need several, they are
+        ordered by length first, so each request is padded only to the longest of its own jets."""
         jets = self.jet_columns(events)
         if jets.counts.sum() == 0:
             return None
-        return self.infer(self.inputs_for(self.tag_info(events, jets)), [self._output])
+        info = self.tag_info(events, jets)
+        inputs = self.inputs_for(info)
+        limit = self.model_info().max_batch_size
+        if limit <= 0 or info.n_jets <= limit:
+            return self.infer(inputs, [self._output])
+        lengths = jet_lengths(self._spec, info.entries)
+        order = np.lexsort(tuple(lengths.values())[::-1])  # by the first input's length, then the next ...
+        parts = np.array_split(order, -(-info.n_jets // limit))
+        requests = [self.infer({name: array[rows, :, :int(lengths[name][rows].max())]
+                                for name, array in inputs.items()}, [self._output]) for rows in parts]
+        return then(gather(requests), lambda answers: {self._output: _unsort(
+            np.concatenate([answer[self._output] for answer in answers]), order)})
 
     def produce(self, events, result) -> None:
         """``scores``: the request's rows (the batch's jets, event after event) split back into events, one
@@ -181,3 +195,10 @@ class BoostedJetTags(InferenceProducer):
             scores[discriminator.name] = discriminator(probs)
         records = ak.zip({name: np.ascontiguousarray(values) for name, values in scores.items()}, depth_limit=1)
         events.put("scores", ak.unflatten(records, counts))
+
+
+def _unsort(rows: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``rows`` computed in ``order`` put back in the original order."""
+    out = np.empty_like(rows)
+    out[order] = rows
+    return out

@@ -52,8 +52,9 @@ class DeepTauProducer(InferenceProducer):
 
     columnar = True
     #: about two τs per event, each 0.42 MB of float32 grids, a copy of them in the request, and the (τ,
-    #: candidate) pairs of the build
-    memory_per_event_mb = 2.0
+    #: candidate) pairs of the build with their float64 temporaries (a MiniAOD job's peak RSS grew by ~5.7 MB
+    #: per event of a batch, this module the largest part)
+    memory_per_event_mb = 4.0
     taus = InputTag("Tau", fields=TAU_FIELDS, doc="τ candidates with their pat::Tau-like variables")
     pfcands = InputTag("PFCands", fields=PF_FIELDS, doc="PF candidates (MiniAOD packedPFCandidates)")
     rho = InputTag("fixedGridRhoFastjetAll", doc="event energy density ρ (GeV per unit area)")

@@ -67,6 +67,11 @@ class InputGroup:
         longest = int(counts.max()) if counts.size else 0
         return int(np.clip(longest, self.min_length, self.max_length))
 
+    def lengths(self, counts: np.ndarray) -> np.ndarray:
+        """Each jet's own padded length: its entries clamped to the bounds (a request of some of the jets is
+        padded to the longest of theirs)."""
+        return np.clip(counts, self.min_length, self.max_length)
+
 
 @dataclass(frozen=True)
 class Preprocess:
@@ -209,6 +214,11 @@ def build_inputs(spec: Preprocess, n_jets: int, entries: Callable[[str], Entries
         out[jet, :, rank] = transform(np.stack(columns, axis=1) if columns else np.zeros((0, 0)), group.infos)
         inputs[group.name] = out
     return inputs
+
+
+def jet_lengths(spec: Preprocess, entries: Callable[[str], Entries]) -> dict[str, np.ndarray]:
+    """Each input's padded length for every jet alone, by input name (see :meth:`InputGroup.lengths`)."""
+    return {group.name: group.lengths(entries(group.var_names[0]).counts) for group in spec.inputs}
 
 
 def find_preprocess(explicit: str, model_dirs: list[Path], model: str) -> Path:

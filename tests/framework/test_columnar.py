@@ -150,7 +150,7 @@ def test_the_scheduler_chooses_events_per_call_within_the_memory_budget():
         data = {"source": {"type": "empty", "events": events}, "modules": {"c": {"type": "CAdd"}}, "options": options}
         return Process(cfgmod.parse(data, file="t.yaml")).events_per_call
 
-    assert chosen(100_000, streams=4, memory_mb=100) == 25         # 100 MB / (1 MB per event × 4 streams)
+    assert chosen(100_000, streams=4, memory_mb=10) == 25          # 10 MB / (0.1 MB per event × 4 streams)
     assert chosen(100_000, streams=1) == 500                        # the cap
     assert chosen(100_000, streams=1, events_per_call=3) == 3       # given: taken as it is
     assert chosen(20, streams=2) == 10                              # every stream gets a batch

@@ -160,9 +160,21 @@ class RecordingClient:
         return future
 
 
-def run_tagger(cols: dict[str, ak.Array], events_per_call: int | None, jets: str = "Jet"):
-    """BoostedJetTags with the project's AK4 model's preprocess.json over ``cols``; (run, client)."""
-    client = RecordingClient(load_model(AK4_MODEL))
+class _Limited:
+    """A model's info with another max_batch_size."""
+
+    def __init__(self, info, max_batch_size: int):
+        self._info, self.max_batch_size = info, max_batch_size
+
+    def __getattr__(self, name: str):
+        return getattr(self._info, name)
+
+
+def run_tagger(cols: dict[str, ak.Array], events_per_call: int | None, jets: str = "Jet", max_batch_size: int = 0):
+    """BoostedJetTags with the project's AK4 model's preprocess.json over ``cols``; (run, client). A
+    ``max_batch_size`` replaces the model's."""
+    info = load_model(AK4_MODEL)
+    client = RecordingClient(_Limited(info, max_batch_size) if max_batch_size else info)
     inputs = {key: cols[key] for key in (jets, f"{jets}PFCands", "PFCands", "SV", "LostTracks")}
     run = run_module(BoostedJetTags, inputs, label="pnet", services={"inference": SimpleNamespace(client=client)},
                      events_per_call=events_per_call, model="miniaod_particlenet_ak4", jets=jets,
@@ -189,6 +201,24 @@ def test_one_request_per_call_and_scores_split_back_per_event(chunk_columns):
     for field in stacked.fields:
         np.testing.assert_allclose(ak.flatten(stacked[field]).to_numpy(), ak.flatten(reference[field]).to_numpy(),
                                    rtol=0, atol=1e-6, err_msg=field)
+
+
+def test_jets_of_more_requests_than_one_are_ordered_by_length_and_each_request_padded_to_its_own(chunk_columns):
+    """A batch needing several requests (max_batch_size 16): exactly ⌈jets / 16⌉ of them, each padded only to the
+    longest of its own jets (shorter than the batch's longest), and the scores back in the jets' order, equal to a
+    single unsplit request's."""
+    whole, _ = run_tagger(chunk_columns, None)
+    split, client = run_tagger(chunk_columns, None, max_batch_size=16)
+    n_jets = int(ak.sum(ak.num(chunk_columns["Jet"])))
+    rows = [len(r["pf_points"]) for r in client.requests]
+    assert len(rows) == -(-n_jets // 16) and sum(rows) == n_jets and max(rows) <= 16
+    lengths = [r["pf_points"].shape[2] for r in client.requests]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]  # ordered by length: the first are shorter
+    for request in client.requests:  # each padded to its longest jet: some jet fills the last slot
+        assert request["pf_mask"][:, 0, -1].any() or request["pf_points"].shape[2] == 8  # (or the minimum length)
+    for field in whole.stacked("scores").fields:
+        np.testing.assert_array_equal(ak.flatten(split.stacked("scores")[field]).to_numpy(),
+                                      ak.flatten(whole.stacked("scores")[field]).to_numpy(), err_msg=field)
 
 
 def test_events_without_jets_get_an_empty_list_and_a_call_without_jets_sends_nothing(chunk_columns):
