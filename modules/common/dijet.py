@@ -11,15 +11,14 @@ from typing import Any
 
 import awkward as ak
 import numpy as np
-import vector
 
 from ...framework import InputTag, Output, Producer
 
-vector.register_awkward()  # Momentum4D records get +, .mass, .pt ... (once per process; idempotent)
-
-
 def momenta(jets: Any) -> ak.Array:
     """A collection's objects as ``Momentum4D`` four-vectors (one list per event)."""
+    import vector  # here, not at the top: its 0.2 s import is paid only by jobs that use it
+
+    vector.register_awkward()  # Momentum4D records get +, .mass, .pt ... (idempotent)
     return ak.zip({"pt": jets.pt, "eta": jets.eta, "phi": jets.phi, "mass": jets.mass}, with_name="Momentum4D")
 
 

@@ -102,7 +102,8 @@ def test_miniaod_bench_sonic_against_direct_at_each_batch_size(sonic_cli, tmp_pa
 
 def test_framework_bench_measures_columnar_calls_per_batch_size(sonic_cli, tmp_path):
     sonic_cli("bench", "framework", "--events", "100", "--modules", "1", "2", "--repeat", "1", "--io-events", "0",
-              "--events-per-call", "1", "10", "--columnar-calls", "5", "--out", tmp_path, check=True, timeout=600)
+              "--events-per-call", "1", "10", "--columnar-calls", "5", "--dijet-events", "1500", "--out", tmp_path,
+              check=True, timeout=600)
     report = json.loads((tmp_path / "framework.json").read_text())
     assert report["command"].startswith("sonic bench framework") and report["date"] and report["machine"]
     columnar = report["columnar"]
@@ -112,5 +113,8 @@ def test_framework_bench_measures_columnar_calls_per_batch_size(sonic_cli, tmp_p
         assert row["us_per_call"] == pytest.approx(row["us_per_event_per_module"] * row["events_per_call"])
     assert set(columnar["fit"]) == {"us_per_call", "us_per_event"}
     assert "met" not in columnar["goals"]  # 1000 events per call was not run
+    # the tutorial's module ran in a job at each batch size, one event per call on at most 1,000 events
+    assert [(r["events_per_call"], r["events"]) for r in report["dijet"]] == [(1, 1000), (1000, 1500)]
+    assert [r["events_per_module_call"] for r in report["dijet"]] == [1.0, 750.0]  # 1,500 events: 2 calls
     text = (tmp_path / "framework.md").read_text()
-    assert "Columnar modules" in text and "a + b·events" in text and "Date:" in text
+    assert "Columnar modules" in text and "a + b·events" in text and "Date:" in text and "DijetMass" in text

@@ -13,7 +13,10 @@ Two measurements, side by side in one run:
    costs (``b``). Goals at 1,000 events per call: ≤ 30 µs per call, ≤ 1 µs per event per module. Each value
    runs ``--columnar-calls`` calls per module (so 1,000 events per call read 1,000 times more events than
    one: the slope of a cheap call needs many calls to rise above the noise).
-3. **I/O**: the same NanoAOD-like file (jagged collections and scalars) read and written back with raw
+3. **The tutorial's module**: ``DijetMass`` (docs/modules.md) in a job over generated jets, at 1 and at 1,000
+   events per call: its own time per event from the job's report (its calls and the framework's cost of
+   them). Goal: ≤ 20 µs per event at 1,000 events per call.
+4. **I/O**: the same NanoAOD-like file (jagged collections and scalars) read and written back with raw
    uproot (``tree.arrays`` → ``mktree``/``extend`` chunk by chunk) and through the framework (source →
    events → output of the same branches). Goal: framework ≤ 1.25× raw uproot.
 
@@ -48,6 +51,8 @@ from ._machine import bench_command, describe_load, load_average, machine_descri
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=20000, help="events for the scheduler measurement")
     parser.add_argument("--modules", type=int, nargs="+", default=[1, 5, 20], help="chain lengths to fit")
+    parser.add_argument("--dijet-events", type=int, default=20000,
+                        help="events of the tutorial's DijetMass job (0: not measured)")
     parser.add_argument("--io-events", type=int, default=20000, help="events in the I/O files (0: no I/O comparison)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (the median is reported)")
     parser.add_argument("--events-per-call", type=int, nargs="+", default=[1, 10, 100, 1000], metavar="N",
@@ -215,8 +220,44 @@ def io_benchmark(n: int, repeat: int, workdir: Path, layout: str) -> dict[str, A
             "raw_us_per_event": 1e6 * statistics.median(raw) / n, "framework_us_per_event": 1e6 * statistics.median(fw) / n}
 
 
+def write_jets_file(path: Path, n: int, seed: int = 3) -> None:
+    """NanoAOD-style jets (``Jet_pt/eta/phi/mass``, ~5 per event, some events with fewer than two)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(5.0, n)
+    total = int(counts.sum())
+    jets = ak.zip({"pt": rng.exponential(40.0, total) + 20.0, "eta": rng.uniform(-2.5, 2.5, total),
+                   "phi": rng.uniform(-np.pi, np.pi, total), "mass": rng.exponential(8.0, total)})
+    with TreeWriter(path) as writer:
+        writer.extend({"Jet": ak.unflatten(jets, counts), "event": np.arange(n, dtype=np.int64)})
+
+
+def dijet_benchmark(n: int, repeat: int, workdir: Path, values: tuple[int, ...] = (1, 1000)) -> list[dict[str, Any]]:
+    """``DijetMass`` in a job at each events-per-call value: the module's wall and CPU µs per event (the
+    median of ``repeat`` jobs), from the job's own report. One event per call runs at most 1,000 events (it
+    costs milliseconds each)."""
+    src = workdir / "jets.root"
+    write_jets_file(src, n)
+    rows = []
+    for value in values:
+        runs = []
+        for _ in range(repeat):
+            events = n if value > 1 else min(n, 1000)
+            data = {"process": "dijet", "source": {"files": [str(src)], "chunk_size": 1000, "max_events": events},
+                    "modules": {"mjj": {"type": "DijetMass"}}, "output": {"products": ["mjj:mass"]},
+                    "options": {"events_per_call": value, "progress": False}}
+            report = Process(cfgmod.parse(data, file="<bench>")).run(progress=False).timing.report()
+            (module,) = report["modules"]
+            runs.append((1000 * module["wall_ms_per_event"], 1000 * module["cpu_ms_per_event"],
+                         module["events_per_call"]))
+        wall, cpu, per_call = sorted(runs)[(len(runs) - 1) // 2]
+        rows.append({"events_per_call": value, "events": events, "us_per_event": wall, "cpu_us_per_event": cpu,
+                     "events_per_module_call": per_call})
+    return rows
+
+
 def markdown(sched: list[dict[str, Any]], io: list[dict[str, Any]], machine: str,
-             columnar: dict[str, Any] | None = None, command: str = "sonic bench framework", date: str = "") -> str:
+             columnar: dict[str, Any] | None = None, command: str = "sonic bench framework", date: str = "",
+             dijet: list[dict[str, Any]] | None = None) -> str:
     lines = [f"# sonic bench framework\n\nCommand: `{command}`  \nMachine: {machine}  \nDate: {date}\n",
              "## Scheduler cost per module call (NullProducer chains)\n",
              "| streams | threads | events per batch | µs per module call | µs per event (fixed) |",
@@ -248,6 +289,16 @@ def markdown(sched: list[dict[str, Any]], io: list[dict[str, Any]], machine: str
         else:
             lines.append("Goals at 1,000 events per call: ≤ 30 µs per call, ≤ 1 µs per event per module "
                          "(not measured: 1000 is not among --events-per-call).\n")
+    if dijet:
+        lines += ["## The tutorial's columnar module (DijetMass, docs/modules.md), in a job\n",
+                  "| events per call | events | µs per event (wall) | µs per event (CPU) |", "|---:|---:|---:|---:|"]
+        for row in dijet:
+            lines.append(f"| {row['events_per_call']} | {row['events']} | {row['us_per_event']:.1f} | "
+                         f"{row['cpu_us_per_event']:.1f} |")
+        at_1000 = [row for row in dijet if row["events_per_call"] == 1000]
+        if at_1000:
+            lines += ["", f"Goal: ≤ 20 µs per event at 1,000 events per call: "
+                          f"**{'met' if at_1000[0]['us_per_event'] <= 20 else 'NOT met'}**.", ""]
     if io:
         lines += ["## Read + write: framework vs raw uproot (same file, same branches)\n",
                   "| layout | events | branches | raw uproot (s) | framework (s) | ratio |", "|---|---:|---:|---:|---:|---:|"]
@@ -309,14 +360,15 @@ def run(args: argparse.Namespace) -> int:
     sched = scheduler_benchmark(args.events, args.modules, args.repeat)
     columnar = columnar_benchmark(args.events_per_call, args.modules, args.columnar_calls, args.repeat)
     io: list[dict[str, Any]] = []
-    if args.io_events > 0:  # 0 skips the I/O comparison
-        with tempfile.TemporaryDirectory(dir=out) as tmp:
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        dijet = dijet_benchmark(args.dijet_events, args.repeat, Path(tmp)) if args.dijet_events > 0 else []
+        if args.io_events > 0:  # 0 skips the I/O comparison
             io = [io_benchmark(args.io_events, args.repeat, Path(tmp), layout) for layout in ("full", "slim")]
     load = describe_load(load_before, load_average())
     results = {"machine": machine, "command": command, "date": date, "load": load,
-               "python": platform.python_version(), "scheduler": sched, "columnar": columnar, "io": io}
+               "python": platform.python_version(), "scheduler": sched, "columnar": columnar, "dijet": dijet, "io": io}
     (out / "framework.json").write_text(json.dumps(results, indent=2))
-    text = markdown(sched, io, machine, columnar, command, f"{date}, {load}")
+    text = markdown(sched, io, machine, columnar, command, f"{date}, {load}", dijet)
     (out / "framework.md").write_text(text)
     plot(sched, io, out / "framework.png", columnar)
     print(text)
