@@ -180,7 +180,7 @@ class Options:
     threads: int = field(default=1, metadata=limits(min=1, max=MAX_THREADS))
     events_per_call: int = field(default=0, metadata=limits(min=0, max=MAX_EVENTS_PER_CALL,
                                                               hint=" (0 means chosen within memory_mb)"))
-    memory_mb: int = field(default=2000, metadata=limits(min=1))
+    memory_mb: int = field(default=1000, metadata=limits(min=1))
     seed: int = 1
     progress: bool = True
 
