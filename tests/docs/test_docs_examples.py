@@ -5,6 +5,7 @@ checked to be that file's code, word for word, so the page cannot drift from wha
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,52 @@ def python_blocks(page: Path) -> list[str]:
 
 
 def test_there_are_pages_with_examples():
-    assert DOCS and all(python_blocks(page) for page in DOCS)
+    assert DOCS and any(python_blocks(page) for page in DOCS)
+
+
+#: a fenced block of commands (no language, or a shell's)
+COMMANDS = re.compile(r"^```(?:bash|sh|console)?\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def sonic_commands(page: Path) -> list[str]:
+    """The ``sonic ...`` command lines a page shows (continuations joined; a ``farm-bench ... --`` line
+    gives the command it times)."""
+    lines = []
+    for block in COMMANDS.findall(page.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" -- ", 1)[1].strip() if line.startswith("farm-bench") and " -- " in line else line
+            if line.startswith("sonic "):
+                lines.append(line.split("#", 1)[0].strip())
+    return lines
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_commands_shown_are_ones_sonic_accepts(page):
+    """Every ``sonic`` command a page shows parses with the command line's own parser (the benchmarks take
+    minutes, so they are not run here; their options must exist)."""
+    for line in sonic_commands(page):
+        try:
+            parse_sonic(shlex.split(line)[1:])
+        except SystemExit as exit_:
+            pytest.fail(f"{page.name}: {line!r} is refused by sonic ({exit_})")
+
+
+def parse_sonic(argv: list[str]) -> None:
+    """Parses a command line as ``sonic`` does, a benchmark's own options included, without running it."""
+    import argparse
+    import importlib
+
+    from sonic_hep.workflows.cli import build_parser
+
+    args, extra = build_parser().parse_known_args(argv)
+    if getattr(args, "command", None) == "bench":  # a benchmark's options belong to its own module
+        module = importlib.import_module(f"sonic_hep.workflows.bench.{args.benchmark.replace('-', '_')}")
+        inner = argparse.ArgumentParser(prog=f"sonic bench {args.benchmark}", exit_on_error=False)
+        inner.add_argument("--out")
+        module.add_arguments(inner)
+        inner.parse_args(extra + list(args.arguments))
+    elif extra:
+        raise SystemExit(f"unrecognized arguments: {extra}")
 
 
 @pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
