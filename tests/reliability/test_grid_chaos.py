@@ -44,7 +44,9 @@ def slow_config(path: Path, ms: float = 25.0) -> Path:
                           "good": {"type": "SelectObjects", "min_pt": 25.0},
                           "slow": {"type": "SleepExternal", "ms": ms},
                           "slowhist": {"type": "Histogram1D", "src": "slow:value", "name": "index", "high": 1e4}},
-              "output": {"products": ["ht:*", "good:objects as GoodJet", "MET_pt"]}}
+              "output": {"products": ["ht:*", "good:objects as GoodJet", "MET_pt"]},
+              # one event per call: each event's sleep in turn, so a job lasts seconds and the kills land in it
+              "options": {"events_per_call": 1}}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
