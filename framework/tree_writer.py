@@ -127,16 +127,23 @@ class TreeWriter:
         """Stores another object (a histogram, JSON text) beside the tree."""
         self.file[name] = obj
 
-    def commit(self, check: Callable[[str], None] | None = None) -> str:
+    def commit(self, check: Callable[[str], None] | None = None, replace: bool = True) -> str:
         """Closes the file, puts it on disk, runs ``check(temporary path)`` and renames it into place.
 
-        ``check`` may read the closed temporary and raise to refuse it (then call :meth:`abort`).
+        ``check`` may read the closed temporary and raise to refuse it (then call :meth:`abort`). With
+        ``replace=False`` an existing file is never replaced, even one that appeared while this one was
+        written (two writers racing for one name: the second gets ``FileExistsError``, the first's file stays):
+        the name is given by a hard link, which the system refuses atomically when the name exists.
         """
         self.file.close()
         _fsync(self.tmp_path)  # the data is on disk before the name says the file is complete
         if check is not None:
             check(self.tmp_path)
-        os.replace(self.tmp_path, self.path)
+        if replace:
+            os.replace(self.tmp_path, self.path)
+        else:
+            os.link(self.tmp_path, self.path)
+            os.unlink(self.tmp_path)
         return self.path
 
     def abort(self) -> None:

@@ -4,6 +4,8 @@ Refuses while any job is not done or an output does not validate; event trees ar
 job order (so the result equals one run over all inputs), histograms are summed, and the merged
 entry count is checked against the sum of the jobs' before the file gets its name. An existing FILE
 is replaced only with ``--force`` (as ``hadd -f``); it stays as it was until the new file is complete.
+Without ``--force`` that holds also for a FILE that appears while the merge runs: of two merges into one
+name, one writes it and the other fails, naming it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,6 @@ def main(args: argparse.Namespace) -> int:
     check_target(task, args.output)  # first: a task input or a directory is refused for what it is
     refuse_existing(args.output, args.force)
     replaced = " (replaced)" if os.path.lexists(args.output) else ""
-    entries = merge(task, args.output, tree=args.tree, compression=args.compression)
+    entries = merge(task, args.output, tree=args.tree, compression=args.compression, replace=args.force)
     print(f"merged {task.njobs} job outputs, {entries} entries, into {args.output}{replaced}", file=sys.stderr)
     return 0

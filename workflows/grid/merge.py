@@ -128,13 +128,16 @@ def _objects(handle: Any, tree: str) -> Iterator[tuple[str, Any]]:
 
 
 def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compression: str = "zstd:4",
-          step_size: str = "100 MB") -> int:
+          step_size: str = "100 MB", replace: bool = False) -> int:
     """Merges the task's outputs into ``output``; returns the number of entries.
+
+    ``output`` is replaced only with ``replace`` (``sonic merge --force``): without it, a file of that name
+    that appears while the merge runs (another merge into the same name) is kept, and this merge fails.
 
     Raises:
         IncompleteTask: a job is not done or its output does not validate.
         GridError: the outputs have different branches, the merged count does not add up, or
-            ``output`` cannot be written (see :func:`check_target`).
+            ``output`` cannot be written (see :func:`check_target`), or exists and ``replace`` is not set.
     """
     check_target(task, output)
     outputs = check_complete(task, tree)
@@ -182,7 +185,10 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
                 if int(merged[tree].num_entries) != expected:
                     raise GridError(f"{tmp} holds {merged[tree].num_entries} entries, expected {expected}")
 
-        sink.commit(check)
+        sink.commit(check, replace=replace)
+    except FileExistsError:
+        raise GridError(f"merge --output {str(output)!r} was written by another merge meanwhile; it is kept "
+                        f"(give --force to replace it)") from None
     except OSError as err:  # a full disk, a quota: nothing is left that looks complete
         where = f"{err.filename}: " if err.filename else ""
         raise GridError(f"cannot merge into {target}: {where}{err.strerror or err}") from None
