@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -39,6 +40,9 @@ COMPRESSION = {"zstd": (uproot.ZSTD, 4), "lz4": (uproot.LZ4, 4), "zlib": (uproot
 #: uproot's own basket-index size, enough for a tree written in a few ``extend`` calls
 DEFAULT_BASKETS = 10
 
+
+#: errors of ``link`` on a file system that has no hard links
+NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 
 def compression(spec: str) -> Any:
     """uproot compression from ``"zstd:4"``, ``"lz4"``, ``"none"``..."""
@@ -139,11 +143,21 @@ class TreeWriter:
         _fsync(self.tmp_path)  # the data is on disk before the name says the file is complete
         if check is not None:
             check(self.tmp_path)
-        if replace:
-            os.replace(self.tmp_path, self.path)
-        else:
-            os.link(self.tmp_path, self.path)
-            os.unlink(self.tmp_path)
+        if not replace:
+            try:
+                os.link(self.tmp_path, self.path)
+            except FileExistsError:
+                raise
+            except OSError as err:
+                if err.errno not in NO_HARD_LINKS:
+                    raise
+                # a file system without hard links (some FUSE mounts): checked, then renamed (not atomic there)
+                if os.path.lexists(self.path):
+                    raise FileExistsError(errno.EEXIST, "file exists", self.path) from None
+            else:
+                os.unlink(self.tmp_path)
+                return self.path
+        os.replace(self.tmp_path, self.path)
         return self.path
 
     def abort(self) -> None:
