@@ -40,9 +40,9 @@ COMPRESSION = {"zstd": (uproot.ZSTD, 4), "lz4": (uproot.LZ4, 4), "zlib": (uproot
 #: uproot's own basket-index size, enough for a tree written in a few ``extend`` calls
 DEFAULT_BASKETS = 10
 
-
 #: errors of ``link`` on a file system that has no hard links
 NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+
 
 def compression(spec: str) -> Any:
     """uproot compression from ``"zstd:4"``, ``"lz4"``, ``"none"``..."""
