@@ -11,6 +11,7 @@ import awkward as ak
 import numpy as np
 
 from ...framework.inference.repository import ModelInfo
+from ..common.jagged import event_of_rows
 
 
 def columns(records: ak.Array | None, names: Iterable[str]) -> dict[str, np.ndarray]:
@@ -49,7 +50,7 @@ class Flat:
     @property
     def event(self) -> np.ndarray:
         """The event of each row."""
-        return np.repeat(np.arange(self.counts.size), self.counts)
+        return event_of_rows(self.counts)
 
 
 def flat_columns(records: ak.Array | None, names: Iterable[str], n_events: int) -> Flat:
@@ -78,6 +79,25 @@ def flat_columns(records: ak.Array | None, names: Iterable[str], n_events: int) 
     flat = ak.flatten(records, axis=1)
     counts = np.asarray(ak.num(records, axis=1), dtype=np.int64)
     return Flat({name: ak.to_numpy(flat[name]) for name in names if name in flat.fields}, counts)
+
+
+def event_pairs(group: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every item paired with every row of its own event: ``item`` i (of event ``group[i]``) with the rows
+    ``offsets[e]`` to ``offsets[e + 1] - 1``, item-major and rows ascending — the order a per-event
+    ``repeat``/``tile`` gives, so a stable ranking of the pairs is the same as per event.
+
+    Args:
+        group: the event of each item (a jet, a candidate row).
+        offsets: ``[events + 1]`` the first row of each event of the other collection, then the total.
+
+    Returns:
+        ``(item, row)``: index arrays of equal length.
+    """
+    start = offsets[:-1][group]
+    count = offsets[1:][group] - start
+    item = event_of_rows(count)
+    first = np.cumsum(count) - count
+    return item, np.arange(item.size) - np.repeat(first - start, count)
 
 
 def model_labels(info: ModelInfo, output: str) -> list[str]:

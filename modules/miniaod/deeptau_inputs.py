@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..common.kinematics import delta_phi
-from .columns import Flat
+from .columns import Flat, event_pairs
 
 COMMON = ("rho", "tau_pt", "tau_eta", "tau_inside_ecal_crack")
 _TRACK = ("lostInnerHits", "numberOfPixelHits", "vertex_dx", "vertex_dy", "vertex_dz", "vertex_dx_tauFL",
@@ -257,20 +257,11 @@ class _Pairs:
 _REACH = max(size * n_cells / 2 for n_cells, size in GRIDS.values())
 
 
-def _event_pairs(tau_event: np.ndarray, obj_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every (τ, object) of the same event: τ by τ, each τ's objects in collection order — the order of
-    the one-event build, so that equal pTs in a cell resolve to the same object."""
-    starts = obj_offsets[tau_event]
-    per_tau = obj_offsets[tau_event + 1] - starts
-    t = np.repeat(np.arange(tau_event.size), per_tau)
-    first_pair = np.cumsum(per_tau) - per_tau
-    obj = np.arange(t.size) - np.repeat(first_pair - starts, per_tau)
-    return t, obj
-
-
 def _nearby(objects: Flat, tau: Flat) -> _Pairs:
     """The (τ, object) pairs of each event that can land in a grid cell (computed once for both grids)."""
-    t, obj = _event_pairs(tau.event, objects.offsets)
+    # τ by τ, each τ's objects in collection order: the order of the one-event build, so that equal pTs in a
+    # cell resolve to the same object
+    t, obj = event_pairs(tau.event, objects.offsets)
     deta = objects.columns["eta"][obj] - tau.columns["eta"][t]
     dphi = delta_phi(objects.columns["phi"][obj], tau.columns["phi"][t])
     inside = (np.abs(deta) <= _REACH) & (np.abs(dphi) <= _REACH)

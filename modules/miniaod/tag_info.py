@@ -46,7 +46,7 @@ from functools import cached_property
 import numpy as np
 
 from ..common.kinematics import delta_phi, rank_within
-from .columns import Flat
+from .columns import Flat, event_pairs
 from .preprocess import Entries
 
 #: charged-pion mass (GeV): CMS's ``btau::etaRel`` gives every track this mass
@@ -103,25 +103,6 @@ def _rows(jet: np.ndarray, index: np.ndarray, key: np.ndarray, n_jets: int) -> _
     order, rank = rank_within(jet, key)
     jet, index = jet[order], index[order]
     return _Rows(jet, index, rank, np.bincount(jet, minlength=n_jets))
-
-
-def event_pairs(group: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every item paired with every row of its own event: ``item`` i (of event ``group[i]``) with the rows
-    ``offsets[e]`` to ``offsets[e + 1] - 1``, item-major and rows ascending — the order a per-event
-    ``repeat``/``tile`` gives, so a stable ranking of the pairs is the same as per event.
-
-    Args:
-        group: the event of each item (a jet, a candidate row).
-        offsets: ``[events + 1]`` the first row of each event of the other collection, then the total.
-
-    Returns:
-        ``(item, row)``: index arrays of equal length.
-    """
-    start = offsets[:-1][group]
-    count = offsets[1:][group] - start
-    item = np.repeat(np.arange(group.size), count)
-    first = np.cumsum(count) - count
-    return item, np.arange(item.size) - np.repeat(first - start, count)
 
 
 @dataclass(frozen=True)
