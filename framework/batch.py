@@ -146,17 +146,16 @@ class Stacked:
 
     def take(self, positions: np.ndarray | None) -> Any:
         """The values at ``positions`` (all when None); KeyError when one was not put."""
-        if positions is None or (self.positions is not None and np.array_equal(positions, self.positions)):
-            if positions is None and self.positions is not None:
-                raise KeyError("not put for every event")
-            return self.values
         if self.positions is None:
-            index = positions
-        else:
-            index = np.searchsorted(self.positions, positions)
-            if np.any(index >= len(self.positions)) or np.any(self.positions[np.minimum(index, len(self.positions) - 1)]
-                                                                != positions):
-                raise KeyError("not put for every event")
+            return self.values if positions is None else self.values[positions]
+        if positions is None:
+            raise KeyError("not put for every event")
+        if np.array_equal(positions, self.positions):
+            return self.values
+        index = np.searchsorted(self.positions, positions)
+        found = index < len(self.positions)
+        if not found.all() or np.any(self.positions[index] != positions):
+            raise KeyError("not put for every event")
         return self.values[index]
 
 

@@ -156,14 +156,11 @@ class Process:
         self.prototypes = {label: proto[label] for label in self.graph.order}
         self.output_products, self.output_columns = self._output_selection()
         self.requests = self._source_requests()
-        self.events_per_call = self._events_per_call(None)
-        if open_source:
-            self.source = make_source(config.source, self.requests)
-            self.events_per_call = self._events_per_call(self.source.total)
-            if self.events_per_call > config.source.chunk_size:  # batches never span two chunks
-                self.source.config = dataclasses.replace(config.source, chunk_size=self.events_per_call)
-        else:
-            self.source = None
+        self.source = make_source(config.source, self.requests) if open_source else None
+        self.events_per_call = self._events_per_call(self.source.total if self.source is not None else None)
+        if self.source is not None and self.events_per_call > config.source.chunk_size:
+            # batches never span two chunks: a chunk holds at least one batch
+            self.source.config = dataclasses.replace(config.source, chunk_size=self.events_per_call)
         self.services = self._make_services()
 
     def _events_per_call(self, total: int | None) -> int:

@@ -195,7 +195,7 @@ class Scheduler:
                 raise self._culprit(st, i, positions, kind.phase, err) from err
             events, calls, outcomes = len(view), 1, outcome
         else:
-            ks = range(batch.size) if positions is None else positions.tolist()
+            ks = _events(batch, positions).tolist()
             outcomes = []
             for k in ks:
                 event = Event(batch, k)
@@ -209,8 +209,7 @@ class Scheduler:
         t1, c1 = time.perf_counter(), time.thread_time()
         self.timing.add(i, kind.phase, t1 - t0, c1 - c0, events=events, calls=calls)
         if kind.filters:
-            every = np.arange(batch.size) if positions is None else positions
-            rejected = every[~outcomes]
+            rejected = _events(batch, positions)[~outcomes]
             st.reject(i, rejected)
             self.timing.reject(i, len(rejected))
         elif kind.external:
@@ -241,7 +240,7 @@ class Scheduler:
             except Exception as err:
                 raise self._culprit(st, i, positions, "produce", err) from err
         else:
-            ks = range(batch.size) if positions is None else positions.tolist()
+            ks = _events(batch, positions).tolist()
             for k, value in zip(ks, result):
                 event = Event(batch, k)
                 try:
@@ -259,7 +258,7 @@ class Scheduler:
         own error. When none fails alone, the error names the batch's entries."""
         batch = st.batch
         module = self.instances[batch.stream][i]
-        every = np.arange(batch.size) if positions is None else positions
+        every = _events(batch, positions)
         if len(every) > 1:
             for k in every:
                 one = np.array([k])
@@ -353,6 +352,11 @@ class Scheduler:
             for worker in workers:
                 worker.join(timeout=10 if self._stopping else None)
         return flight.processed
+
+
+def _events(batch: Batch, positions: np.ndarray | None) -> np.ndarray:
+    """The batch positions a call covers (``None``: every event of the batch)."""
+    return np.arange(batch.size) if positions is None else positions
 
 
 def _mask(module: Module, outcome: Any, events: int) -> np.ndarray:

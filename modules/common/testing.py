@@ -20,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from ...framework import Analyzer, ExternalWork, Filter, InputTag, Module, Output, Param, Producer, delayed
+from ...framework import Analyzer, ExternalWork, InputTag, Module, Output, Param, Producer, delayed
 from ...framework.batch import Batch, EventBatch, concatenate
 from ...framework.errors import ModuleError
 from ...framework.event import Chunk, Event, EventView
 from ...framework.futures import as_future
+from ...framework.scheduler import kind_of
 
 
 @dataclass
@@ -107,25 +108,20 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
 
 
 def _call(module: Module, view: Any, batch: Batch) -> Any:
-    """One call of ``module`` as the scheduler makes it; returns the filter's decision (True otherwise)."""
-    phase = "run"
+    """One call of ``module`` as the scheduler makes it (its kind's method from the scheduler's own table; for
+    external work, the awaited result into ``produce``); returns the filter's decision (True otherwise)."""
+    kind = kind_of(module)
+    phase = kind.phase
     try:
-        if isinstance(module, ExternalWork):
-            phase = "acquire"
-            outcome = module.acquire(view)
+        outcome = getattr(module, kind.method)(view)
+        if kind.external:
             pending = as_future(outcome)
             result = pending.result() if pending is not None else outcome
             phase = "produce"
             module.produce(view, result)
-        elif isinstance(module, Filter):
-            return np.asarray(module.filter(view), dtype=bool)
-        elif isinstance(module, Analyzer):
-            module.analyze(view)
-        else:
-            module.produce(view)
     except Exception as err:
         raise ModuleError(module.label, batch.describe(), phase, err) from err
-    return True
+    return np.asarray(outcome, dtype=bool) if kind.filters else True
 
 
 class NullProducer(Producer):
