@@ -149,7 +149,7 @@ def stop_on_signals() -> Iterator[None]:
 
 def _run(args: argparse.Namespace) -> int:
     config = cfgmod.load(args.config, overrides_from(args))
-    from ..grid.job_folders import refuse_task_path  # grid (issue 11): a task's job folders belong to its jobs
+    from ..grid.job_folders import refuse_task_path  # a task's job folders belong to its jobs, never to a run
 
     refuse_task_path(config.output.file, "output file")
     refuse_task_path(args.timing_json, "--timing-json")

@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", action="store_true", help="HTCondor file transfer: work in the current directory")
     args = parser.parse_args(argv)
     index = args.index + args.offset
-    if not args.sandbox and (Path(args.directory) / FLEET_FILE).is_file():  # a fleet's server job (issue 16)
+    if not args.sandbox and (Path(args.directory) / FLEET_FILE).is_file():  # a fleet's server job
         from .fleet_member import serve
 
         code = serve(args.directory, index)

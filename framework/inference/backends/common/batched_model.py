@@ -8,7 +8,7 @@ rest is the same for every engine:
 * Triton's dynamic batcher hands :meth:`execute` several requests; those with equal non-batch shapes
   and the same requested outputs are concatenated and run as one call, then split back per request;
 * when that call fails, each request is run alone, so a bad request fails alone, each with its own
-  ``TritonError`` (one error object shared by several responses crashes the server: issue 11);
+  ``TritonError`` (one error object shared by several responses of a batched execution crashes the server);
 * nothing escapes ``execute`` (the stub would fail every request of the execution with one generic
   message that names no culprit).
 
