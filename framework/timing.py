@@ -234,7 +234,8 @@ class Timing:
         for m in rep["modules"]:
             latency = f"{m['latency_ms']:10.3f}" if "latency_ms" in m else f"{'':>10}"
             lines.append(f"{m['label']:<20} {m['type'][:22]:<22} {m['kind']:<9} {m['visited']:8d} {m['passed']:8d} "
-                         f"{m['failed']:7d} {m['events_per_call']:8.1f} {m['wall_ms_per_event']:11.3f} {m['cpu_ms_per_event']:10.3f} {latency}")
+                         f"{m['failed']:7d} {m['events_per_call']:8.1f} {m['wall_ms_per_event']:11.3f} "
+                         f"{m['cpu_ms_per_event']:10.3f} {latency}")
         width = max(len(name) for name in LEGEND)
         lines += [f"  {name:<{width}}  {text}" for name, text in LEGEND.items()]
         for name, data in self.sections.items():
