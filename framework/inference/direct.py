@@ -138,8 +138,12 @@ class DirectClient(InferenceClient):
         info = self.model_info(model)
         batch = check_inputs(info, inputs, outputs)
         names = outputs or [spec.name for spec in info.outputs]
-        parts = [self._run_part(info, part, names) for part in split_requests(info, inputs, batch)]
-        return self._finish(info, parts, batch, is_ragged(inputs))
+        return self._run_parts(info, split_requests(info, inputs, batch), names, batch, is_ragged(inputs))
+
+    def _run_parts(self, info: ModelInfo, requests: list[dict[str, np.ndarray]], names: list[str], batch: int,
+                   ragged: bool) -> dict[str, InputArray]:
+        """Checked requests run one after another on the calling thread, their answers assembled."""
+        return self._finish(info, [self._run_part(info, part, names) for part in requests], batch, ragged)
 
     def _run_part(self, info: ModelInfo, part: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
         """One request's worth of inputs through the model's session."""
@@ -168,9 +172,9 @@ class DirectClient(InferenceClient):
         info = self.model_info(model)
         batch = check_inputs(info, inputs, outputs)  # fail in acquire, on the caller's thread, with its context
         requests = split_requests(info, inputs, batch)
-        if len(requests) == 1:
-            return self._pool.submit(self.run, model, inputs, outputs)
         names = outputs or [spec.name for spec in info.outputs]
+        if len(requests) == 1:  # checked and split here: the pool runs it as it is
+            return self._pool.submit(self._run_parts, info, requests, names, batch, is_ragged(inputs))
         parts = gather([self._pool.submit(self._run_part, info, part, names) for part in requests])
         return then(parts, lambda answers: self._finish(info, answers, batch, is_ragged(inputs)))
 
