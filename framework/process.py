@@ -32,6 +32,7 @@ from .event import Event
 from .errors import ConfigError, OutputError, ParamError, SonicError
 from .module import Analyzer, Module
 from .output import RootOutput, branch_name
+from .provenance import redact, software_versions
 from .registry import lookup
 from .scheduler import Scheduler
 from .services import Service, service_class
@@ -281,9 +282,19 @@ class Process:
         """What is stored in the output file next to the events."""
         return {"software": "sonic-hep", "version": software_version(), "python": sys.version.split()[0],
                 "host": socket.gethostname(), "platform": platform.platform(), "created": time.time(),
-                "config_file": self.config.file, "config": self.config.raw,
+                "config_file": self.config.file, "config": redact(self.config.raw),
                 "inputs": list(getattr(self.source, "files", [])),
                 "first_entry": self.config.source.first_entry, "max_events": self.config.source.max_events}
+
+    def provenance(self) -> dict[str, Any]:
+        """How the events were made (``provenance.py``): the services' records (inference: per model the
+        mode, who answered and the model digest), the events per call and the software versions."""
+        record: dict[str, Any] = {"events_per_call": self.events_per_call, "software": software_versions()}
+        for name, service in self.services.items():
+            section = service.provenance()
+            if section is not None:
+                record[name] = redact(section)
+        return record
 
     def run(self, timing_json: str | None = None, progress: bool | None = None,
             on_event: Callable[[Event, bool], None] | None = None, keep_histograms: bool = False) -> RunResult:
@@ -392,6 +403,7 @@ class Process:
                 timing.add_section(name, section)
         histograms = self._histograms(streams)
         if outputs.root is not None:
+            outputs.root.metadata["provenance"] = self.provenance()
             for path, hist in histograms.items():
                 try:
                     outputs.root.write_object(path, hist)

@@ -40,6 +40,11 @@ class Service:
         """A section for the timing report (``{"table": text, ...}``), or None."""
         return None
 
+    def provenance(self) -> dict[str, Any] | None:
+        """What the output file records of how this service produced the events (JSON-able, no secrets),
+        or None."""
+        return None
+
 
 def _known() -> dict[str, str]:
     import importlib.metadata

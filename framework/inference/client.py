@@ -62,6 +62,12 @@ class InferenceClient(abc.ABC):
         """Per-model counters and times for the timing report."""
         return {}
 
+    def provenance(self) -> dict[str, dict[str, Any]]:
+        """Per model used, what answered it: ``{"mode", "digest", "answers": {who: requests}}`` (mode
+        ``direct``, ``sonic``, ``fallback`` or ``sonic+fallback``; the digest of the model files that
+        answered, ``model_digest.digest``), for the output file's provenance."""
+        return {}
+
     def close(self) -> None:
         """Releases sessions, connections and servers."""
 
@@ -211,6 +217,7 @@ class ModelCounters:
     retries: int = 0
     failovers: int = 0
     servers: dict[str, int] = field(default_factory=dict)
+    answers: dict[str, int] = field(default_factory=dict)  # server → requests it answered
 
 
 class Counters:
@@ -230,6 +237,11 @@ class Counters:
         with self._lock:
             servers = self.models.setdefault(model, ModelCounters()).servers
             servers[server] = servers.get(server, 0) + 1
+
+    def count_answer(self, model: str, server: str) -> None:
+        with self._lock:
+            answers = self.models.setdefault(model, ModelCounters()).answers
+            answers[server] = answers.get(server, 0) + 1
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         with self._lock:

@@ -181,6 +181,14 @@ class DirectClient(InferenceClient):
     def statistics(self) -> dict[str, Any]:
         return {"mode": self.mode, "providers": self._providers or [], "models": self.counters.as_dict()}
 
+    def provenance(self) -> dict[str, dict[str, Any]]:
+        from .model_digest import model_digest
+
+        where = f"in-process ({', '.join(self._providers or [self.device])})"
+        return {model: {"mode": "direct", "digest": model_digest(self.repository, model),
+                        "answers": {where: c["requests"]}}
+                for model, c in self.counters.as_dict().items() if c["requests"]}
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._sessions.clear()

@@ -4,8 +4,10 @@ The pip-installed Triton has no repository agents, so a config carrying
 ``model_repository_agents { checksum ... }`` (as every CMS config does) would not load. The project
 verifies those MD5 checksums itself (:meth:`ModelInfo.verify_checksums`) and serves a runtime copy::
 
-    <runtime>/<model>/config.pbtxt      the original without model_repository_agents (the MD5 sums
-                                        move to parameters ``sonic_checksum:MD5:<file>``)
+    <runtime>/<model>/config.pbtxt      the original without model_repository_agents; the MD5 sums of
+                                        the served files (declared or computed, ``model_digest``) in
+                                        parameters ``sonic_checksum:MD5:<file>``, where clients compare
+                                        them with their own repository before using the server
     <runtime>/<model>/<anything else>   symlinks to the original files (versions, labels, model.py)
 
 A model whose checksum is wrong is never served. The original repository is never written.
@@ -24,6 +26,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from .model_digest import file_digests
 from .repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
 
 
@@ -32,7 +35,7 @@ def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = Non
     (``cores``: the cores a GPU group's count is capped at on the CPU; default: this process's)."""
     config = mc.ModelConfig()
     config.CopyFrom(info.config)
-    for rel, value in info.checksums().items():  # kept where clients can compare them (see repository.py)
+    for rel, value in file_digests(info).items():  # where clients can compare them (see model_digest.py)
         config.parameters[CHECKSUM_PARAMETER + "MD5:" + rel].string_value = value
     config.ClearField("model_repository_agents")
     if device == "cpu":

@@ -2,9 +2,11 @@
 
 * **Discovery.** Each configured server's repository index says which models it has ready. A server
   that does not answer at start is skipped with a warning (and probed again later).
-* **Version check.** The first time a server is chosen for a model, the MD5 sums of the model's
-  config on the server are compared with the local repository's (as CMS does); a server with another
-  version is never used for that model.
+* **The right model or none.** The first time a server is chosen for a model, the MD5 sums of the
+  model's files it reports (its config's checksums) are compared with the job's own repository
+  (``model_digest``); a server that serves other files under that name, or reports none, is passed
+  over for that model with a warning naming both digests. When no server is left, the fallback serves
+  the job's own copy, or the job fails naming each server and why.
 * **Choice.** For each request: the healthy servers with the model, lowest recent queue time first
   (from Triton's statistics API, refreshed in the background every ``refresh_s``); servers whose
   queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
@@ -42,6 +44,7 @@ from typing import Any
 from ..errors import InferenceError, did_you_mean
 from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection, ServerSpec
+from .model_digest import digest, file_digests, mismatch, model_digest
 from .repository import ModelInfo, ModelRepository, config_checksums
 from .triton_errors import NoServerError, RequestError
 
@@ -321,8 +324,9 @@ class ServerPool:
         return info
 
     def _verified(self, connection: ServerConnection, model: str) -> bool:
-        """CMS's model-version check, once per server and model: the MD5 sums in the local
-        config.pbtxt vs. the server's. A server with another version is never used for the model."""
+        """The right model or none, once per server and model: the server must report the MD5 sums of the
+        model's files and they must equal the local repository's (``model_digest``). A server that serves
+        other files under the name, or cannot say which, is passed over for that model."""
         state = next(s for s in self.states if s.connection is connection)
         if model in state.verified:
             return True
@@ -338,23 +342,54 @@ class ServerPool:
                 state.refused[model] = problem
                 state.models.pop(model, None)
         if problem:
-            log.error("%s", problem)
+            log.warning("%s; passed over for this model", problem)
         return not problem
 
     def _version_problem(self, info: ModelInfo, connection: ServerConnection) -> str:
-        if self.repository is None or info.name not in self.repository.names():
+        """Why the server's ``info`` is not the local repository's model (empty when it is, or when the job
+        has no local copy of the model to compare with). An ensemble is the right one when each of its
+        steps is: the server runs them, so each is compared in turn."""
+        local = self.repository.find(info.name) if self.repository is not None else None
+        if local is None:
             return ""
-        local = self.repository.get(info.name).checksums()
+        if local.platform == "ensemble":
+            for step in dict.fromkeys(s.model_name for s in local.config.ensemble_scheduling.step):
+                try:
+                    problem = self._version_problem(connection.model_info(step), connection)
+                except RequestError as err:
+                    problem = f"its step {step!r} cannot be checked: {err.args[0]}"
+                if problem:
+                    return f"ensemble {info.name!r} on server {connection.address}: {problem}"
+            return ""
+        ours = file_digests(local)
         remote = config_checksums(info.config, info.name)
-        if not local or not remote:
-            log.debug("model %s: no checksums to compare (local %s, server %s)", info.name, local, remote)
-            return ""
-        differ = {rel: (md5, remote.get(rel)) for rel, md5 in local.items() if remote.get(rel) != md5}
+        where = f"model {info.name!r} on server {connection.address}"
+        if not remote:
+            return (f"{where} reports no checksums, so it cannot be shown to be the local {local.path} "
+                    f"(digest {digest(ours)}); the server's repository needs them: `sonic server checksum DIR`")
+        differ = mismatch(local, remote)
         if not differ:
             return ""
-        details = ", ".join(f"{rel}: local {a} vs server {b}" for rel, (a, b) in differ.items())
-        return (f"model {info.name!r} on server {connection.address} is not the one in the local repository "
-                f"{self.repository.get(info.name).path} ({details})")
+        files = ", ".join(f"{rel}: server {theirs}, local {mine or 'missing'}" for rel, (mine, theirs) in differ.items())
+        return (f"{where} is not the local {local.path}: server digest {digest(remote)}, local {digest(ours)} "
+                f"({files})")
+
+    def digest_on(self, address: str, model: str) -> str | None:
+        """The digest of ``model`` as the server at ``address`` reported it (None when it was not asked or
+        reported none). Verified servers report the local digest; a model the job has no copy of, whatever
+        the server says."""
+        with self._lock:
+            info = self._server_infos.get((address, model))
+        sums = config_checksums(info.config, model) if info is not None else {}
+        if not sums:
+            return None
+        local = self.repository.find(model) if self.repository is not None else None
+        return self.local_digest(model) if local is not None and not mismatch(local, sums) else digest(sums)
+
+    def local_digest(self, model: str) -> str | None:
+        """The digest of the job's own copy of ``model`` (None when it has none)."""
+        local = self.repository.find(model) if self.repository is not None else None
+        return model_digest(self.repository, model) if local is not None else None
 
     # -- statistics and background refresh -------------------------------------------------------------
     def _begin_statistics(self, state: ServerState) -> None:

@@ -226,6 +226,10 @@ class InferenceService(Service):
         if self._client is not None:
             self._client.close()
 
+    def provenance(self) -> dict[str, Any] | None:
+        """Per model used: the mode (direct, sonic, fallback), who answered and the digest of its files."""
+        return self._client.provenance() if self._client is not None else None
+
     def report(self) -> dict[str, Any] | None:
         if self._client is None:
             return None

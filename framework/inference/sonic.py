@@ -198,6 +198,7 @@ class SonicClient(InferenceClient):
             answer = fut.result()
             try:  # whatever fails here reaches the caller: a request is never left unanswered
                 self._count_bytes(attempt, connection, received=answer)
+                self.counters.count_answer(attempt.info.name, connection.address)
                 attempt.result.set_result(answer if attempt.finish is None else attempt.finish(answer))
             except Exception as exc:  # noqa: BLE001 - reaches the caller through the Future
                 attempt.result.set_exception(exc)
@@ -291,6 +292,21 @@ class SonicClient(InferenceClient):
                 "transports": transports,
                 "deadlines": deadlines, "out_of_rotation": self.pool.breaker_openings(),
                 "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None}
+
+    def provenance(self) -> dict[str, dict[str, Any]]:
+        """Each model's answering servers and the digest they reported (the fallback serves the job's own
+        repository: its digest is that of the local files)."""
+        fallback = self.pool.fallback_server.grpc_url if self.pool.fallback_server is not None else None
+        out: dict[str, dict[str, Any]] = {}
+        for model, counters in self.counters.as_dict().items():
+            answers = counters["answers"]
+            if not answers:
+                continue
+            digests = {self.pool.digest_on(address, model) or self.pool.local_digest(model) for address in answers}
+            kinds = sorted({"fallback" if address == fallback else "sonic" for address in answers}, reverse=True)
+            out[model] = {"mode": "+".join(kinds), "digest": " | ".join(sorted(d or "unknown" for d in digests)),
+                          "answers": dict(answers)}
+        return out
 
     def close(self) -> None:
         self._recovery.shutdown(wait=True, cancel_futures=True)

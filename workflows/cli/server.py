@@ -1,4 +1,4 @@
-"""``sonic server start|stop|status|add-model``: run and inspect Triton servers.
+"""``sonic server start|stop|status|add-model|checksum``: run and inspect Triton servers.
 
 ::
 
@@ -9,6 +9,7 @@
     sonic server status 10.0.0.7:8001                            # any Triton server
     sonic server stop 127.0.0.1:8001                             # or --all
     sonic server add-model --repository data/models/mine --name tagger --onnx tagger.onnx --max-batch-size 256
+    sonic server checksum data/models/mine                       # declare the MD5 of every model's files
 
 ``--host`` binds gRPC only; HTTP (plain, no TLS in Triton) and metrics stay on loopback unless
 ``--http-host`` / ``--metrics-host`` say otherwise, and every endpoint other machines can reach without
@@ -345,6 +346,24 @@ def add_model(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- checksum ---------------------------------------------------------------------------------------------
+def checksum(args: argparse.Namespace) -> int:
+    """Declares the MD5 of each model's files in its config.pbtxt (a checksum block, as CMS writes them), so
+    that any server of the repository can prove which model it serves; declared sums are verified, never
+    replaced."""
+    from ...framework.inference.model_digest import add_checksums
+    from ...framework.inference.repository import ModelRepository
+
+    repository = ModelRepository(args.repository)
+    names = args.model or repository.names()
+    for name in names:
+        info = repository.get(name)
+        added = add_checksums(info)
+        what = f"declared {len(added)} file(s): {', '.join(added)}" if added else "checksums present and correct"
+        print(f"{name}: {what}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("server", help="start, stop and inspect Triton servers", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -411,4 +430,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instances", type=int, default=1, help="model instances (instance_group count)")
     p.add_argument("--labels", metavar="OUTPUT=FILE", help="class labels of an output, one per line")
     p.set_defaults(func=add_model)
+
+    p = actions.add_parser("checksum", help="declare the MD5 of every model's files in its config.pbtxt")
+    p.add_argument("repository", nargs="+", metavar="DIR", help="model repository")
+    p.add_argument("--model", "-m", action="append", metavar="NAME", help="only these models (repeatable)")
+    p.set_defaults(func=checksum)
 

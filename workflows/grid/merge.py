@@ -24,9 +24,11 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from ...framework.provenance import digest_conflicts
+from ...framework.provenance import merged as merged_provenance
 from ...framework.tree_writer import TreeWriter
 from .errors import GridError, IncompleteTask
-from .integrity import seal_mismatch, spec_mismatch
+from .integrity import read_metadata, seal_mismatch, spec_mismatch
 from .job_folders import refuse_task_path
 from .status import collect
 from .task import Task
@@ -141,6 +143,7 @@ def merge(task: Task, output: str | os.PathLike, tree: str = "Events", compressi
     """
     check_target(task, output)
     outputs = check_complete(task, tree)
+    check_same_models(task, outputs)
     target = os.path.abspath(output)
     expected = sum(n for _, _, n in outputs)
     reference = next(((i, p) for i, p, n in outputs if n > 0), (outputs[0][0], outputs[0][1]))
@@ -220,9 +223,26 @@ def check_target(task: Task, output: str | os.PathLike) -> None:
         raise GridError(f"merge --output {os.fspath(output)!r}: directory {parent} is not writable")
 
 
+def check_same_models(task: Task, outputs: list[tuple[int, str, int]]) -> None:
+    """Refuses, before anything is written, outputs whose model digests differ: events of two models
+    (a server that served other weights, a model replaced between jobs) do not belong in one file.
+
+    Raises:
+        GridError: naming the model, two jobs and their digests.
+    """
+    pieces = [(f"job {index}", read_metadata(path) or {}) for index, path, _ in outputs]
+    conflict = digest_conflicts(pieces)
+    if conflict:
+        raise GridError(f"cannot merge {task.directory}: its outputs were made by different models: {conflict} "
+                        f"(rerun the jobs of one of them with the same model)")
+
+
 def merged_metadata(task: Task, parts: list[dict[str, Any]], written: int) -> dict[str, Any]:
-    """The merged file's ``sonic_metadata``: the first job's, plus where the pieces came from."""
+    """The merged file's ``sonic_metadata``: the first job's, plus where the pieces came from, and the
+    provenance of all (answers summed per model)."""
     first = dict(parts[0]) if parts else {}
+    if any("provenance" in p for p in parts):
+        first["provenance"] = merged_provenance([p.get("provenance", {}) for p in parts])
     for key in ("first_entry", "max_events", "host", "created"):
         first.pop(key, None)  # they describe one job, not the merged file
     first.update(events_written=written, merged=time.time(), task=str(task.directory), jobs=len(parts),
