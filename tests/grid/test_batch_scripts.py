@@ -1,5 +1,5 @@
 """Batch scripts carry no raw text: a name with a line break cannot add a line of shell, a path with spaces
-stays one value, and what cannot be made safe is refused with one line naming it (issue 11)."""
+stays one value, and what cannot be made safe is refused with one line naming it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A done job's output is the one it wrote (issue 11): merge refuses another job's output of the same length and
+"""A done job's output is the one it wrote: merge refuses another job's output of the same length and
 bytes changed after ``done``; status shows such a job as failed, resubmit repairs it; nobody but the job writes
 into a task's job folders (``sonic merge -o``, ``sonic run -o``)."""
 

@@ -1,4 +1,4 @@
-"""The planner's knee with its two bounds (issue 15): the server's compute, and the host's cores when jobs
+"""The planner's knee with its two bounds: the server's compute, and the host's cores when jobs
 (and a CPU server) share them. Constructed timing records and closed forms; nothing is timed."""
 
 from __future__ import annotations

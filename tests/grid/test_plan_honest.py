@@ -1,5 +1,5 @@
 """``sonic plan`` counts only the time a job does NOT spend waiting on inference, reads the clients' byte
-counters, draws the knee, and answers in JSON (issue 15)."""
+counters, draws the knee, and answers in JSON."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The SONIC client counts the tensor bytes it puts on the wire or in shared memory (issue 15): what
+"""The SONIC client counts the tensor bytes it puts on the wire or in shared memory: what
 ``sonic plan`` sizes a network link with. A real Triton server on the demo models."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The discrete-event simulation of jobs, servers and a link against closed-form cases (issue 15)."""
+"""The discrete-event simulation of jobs, servers and a link against closed-form cases."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A mixed model repository (issue 14): CMS's ONNX models, the TorchScript twin of ParticleNet AK4 and a
+"""A mixed model repository: CMS's ONNX models, the TorchScript twin of ParticleNet AK4 and a
 model no backend here can run, served by one ``sonic server start`` for the module.
 
 What is served answers and equals direct inference; what cannot be served is named with its reason at

@@ -1,4 +1,4 @@
-"""The native onnxruntime backend (issue 12): every shipped and CMS model served natively equals direct onnxruntime.
+"""The native onnxruntime backend: every shipped and CMS model served natively equals direct onnxruntime.
 
 One real server (``backend="native"``) holds every ``onnxruntime_onnx`` model the project ships (and CMS's
 when ../shared exists) in three forms: as shipped, without dynamic batching, and with dynamic batching and

@@ -1,4 +1,4 @@
-"""The python-based ``tensorflow`` backend (issue 14) served for real: a SavedModel and a frozen GraphDef,
+"""The python-based ``tensorflow`` backend served for real: a SavedModel and a frozen GraphDef,
 built by tensorflow itself, served by a real Triton server whose python is ``.venv-tf`` (tensorflow cannot
 share the main venv: tensorflow-cpu 2.18 wants protobuf < 6, tritonclient needs protobuf 6).
 

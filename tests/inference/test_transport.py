@@ -1,6 +1,6 @@
 """The SONIC data plane (``connection.py``): blocking gRPC calls on per-connection worker threads, local
-deadlines kept by one thread, against a real Triton server (issue 12, item 5; the guarantees of issue 11
-are in ``tests/reliability/test_local_deadlines.py``)."""
+deadlines kept by one thread, against a real Triton server (that deadlines never cancel a call in flight is
+tested in ``tests/reliability/test_local_deadlines.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The retry/failover/fatal policy of triton_errors: a model failing on an input is fatal (issue 11)."""
+"""The retry/failover/fatal policy of triton_errors: a model failing on an input is fatal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nothing exposed by accident (issue 11, must-have 4) — real servers, real certificates.
+"""Nothing exposed by accident — real servers, real certificates.
 
 ``--host`` binds gRPC only; HTTP and metrics stay on loopback unless asked; a non-loopback bind
 without TLS warns; mutual TLS refuses clients without a certificate from the trusted CA; the banner

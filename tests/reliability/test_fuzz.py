@@ -1,4 +1,4 @@
-"""A shared server outlives any client (issue 11, must-have 1): hostile requests fail alone, intact.
+"""A shared server outlives any client: hostile requests fail alone, intact.
 
 One real server holds every shipped model that loads on CPU. A burst of out-of-range categorical
 inputs (what crashed it before each python model made one error per response), then >= 2,000

@@ -1,4 +1,4 @@
-"""Chaos on a grid task (issue 11): job processes SIGKILLed at seeded random moments, on the real local executor
+"""Chaos on a grid task: job processes SIGKILLed at seeded random moments, on the real local executor
 and on a real Slurm; the failed jobs are resubmitted until done, and the merged output equals one single run
 over the whole input, array by array. Then an output swapped with another job's of equal length, and one
 whose basket bytes were corrupted after ``done``, are refused by ``sonic merge`` with one line naming the job

@@ -1,4 +1,4 @@
-"""Client deadlines never cancel calls in flight (issue 11): Triton 2.51's gRPC frontend can SIGSEGV on it.
+"""Client deadlines never cancel calls in flight: Triton 2.51's gRPC frontend can SIGSEGV on it.
 
 ``ServerConnection`` enforces ``timeout_s`` on its own side: the caller gets DEADLINE_EXCEEDED, the
 call runs to its end on the server and its answer is dropped; its shared memory region is lent

@@ -3,7 +3,7 @@ and a bad request handed over together with good ones fails alone.
 
 One error object shared by the responses of a batched execution is freed once per response by the
 Triton 2.51 python stub: the messages come back garbled and the server dies under concurrency
-(issue 11; reproduced end to end in test_fuzz.py, where it is a race). Here the models run in this
+(reproduced end to end in test_fuzz.py, where it is a race). Here the models run in this
 process against a stand-in for ``triton_python_backend_utils`` that records what they build, so a
 shared error is caught every time, without a server.
 """

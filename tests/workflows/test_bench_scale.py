@@ -1,4 +1,4 @@
-"""``sonic bench scale`` end to end (issue 15): real client processes, real Triton servers, demo models.
+"""``sonic bench scale`` end to end: real client processes, real Triton servers, demo models.
 
 Small on purpose (N in {1, 2}, one and two servers, a few events): what is checked is that every point is
 measured from the jobs' own traces and the servers' own statistics, that the SONIC client's byte counters

@@ -1,4 +1,4 @@
-"""``sonic bench server`` (issue 12, item 4): prepared gRPC bodies, and the benchmark against a real server.
+"""``sonic bench server``: prepared gRPC bodies, and the benchmark against a real server.
 
 The bodies are checked by decoding them back with tritonclient's protobuf class; the benchmark runs end
 to end on a few hundred requests and its JSON must agree with the server's own statistics. A request the
@@ -118,7 +118,7 @@ def test_benchmark_end_to_end_agrees_with_server_statistics(tmp_path, sonic_cli)
     assert all(x["avg_batch"] == 1.0 for r in unbatched for x in r["rounds"])  # one execution per request
     assert (tmp_path / "server.png").read_bytes()[:4] == b"\x89PNG"
     text = (tmp_path / "server.md").read_text()
-    assert "| demo_mlp | python | off | 8 |" in text and "## Goals (issue 12)" in text
+    assert "| demo_mlp | python | off | 8 |" in text and "## Goals" in text
 
 
 def test_miniaod_table_gives_cpu_per_event_and_says_what_was_not_measured():

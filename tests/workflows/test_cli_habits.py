@@ -1,4 +1,4 @@
-"""Command-line habits a CMSSW or ROOT user brings (issue 18, item 8): ``--version``, ``-v`` anywhere, options
+"""Command-line habits a CMSSW or ROOT user brings: ``--version``, ``-v`` anywhere, options
 before the configuration, readable help and listings, one-line argument errors everywhere, no server started
 for nothing, a final table after ``--wait``, and a merge that never replaces a file silently."""
 

@@ -1,4 +1,4 @@
-"""Pictures and progress worth looking at (issue 18, item 9): ``sonic graph`` with and without Graphviz,
+"""Pictures and progress worth looking at: ``sonic graph`` with and without Graphviz,
 ``sonic bench protodune``'s table and plot axis, ``sonic data generate``'s progress lines."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scale benchmark's prediction from its one-job point (issue 15): constructed points, no server, no timing.
+"""The scale benchmark's prediction from its one-job point: constructed points, no server, no timing.
 
 What a coordinator measures with one job — its time per event alone, its CPU per event, the server's CPU
 per event, the host's cores — must give the planner's knee and name the bound that sets it, and the

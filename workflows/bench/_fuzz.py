@@ -1,6 +1,6 @@
 """Hostile clients for one shared Triton server: many bad requests at once, counted by what came back.
 
-A shared server must outlive any client (issue 11). :func:`fuzz` asks the server which models it
+A shared server must outlive any client: one job's bad request must never cost the others their server. :func:`fuzz` asks the server which models it
 serves, then sends ``requests`` requests from ``clients`` concurrent raw ``tritonclient.grpc``
 clients (threads spread over ``processes`` processes, so the load generator is not the bottleneck),
 each request one of :data:`CASES` against one model, and returns a :class:`FuzzResult`: what
@@ -220,7 +220,7 @@ def fuzz(url: str, requests: int = 2000, clients: int = 16, processes: int | Non
     rng = np.random.default_rng(seed)
     # every (case, model) pair in turn, in random order, each as a burst of ``burst`` equal requests
     # sent at once: a bad input reaches a model as a dynamically batched group, the way a
-    # misconfigured job sends it (and what crashed Triton 2.51, issue 11)
+    # misconfigured job sends it (and what crashed Triton 2.51)
     pairs = [(case, m) for case in cases for m in range(len(models))]
     order = rng.permutation(len(pairs))
     bursts = -(-requests // burst)

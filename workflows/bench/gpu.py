@@ -591,8 +591,9 @@ def parse_servers(items: list[str], max_batch: int, overrides: dict[str, Any] | 
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from ...framework.extras import require
 
+    torch = require("torch", "sonic bench gpu (the network runs in torch, direct and served)")
     servers = parse_servers(args.servers, args.max_batch, network_overrides(args))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@ each answer compared with direct inference on the CPU and with direct inference 
 
 ::
 
-    python -m sonic_hep.workflows.bench.native_gpu OUT [--cms DIR] [--models a,b] [--expect-cuda]
+    sonic bench native-gpu --out OUT [--cms DIR] [--models a,b] [--expect-cuda]
 
 Needs onnxruntime-gpu as the server's and this python's ``onnxruntime`` (with the CUDA libraries it links
 on ``LD_LIBRARY_PATH``) and a GPU. Each model of ``data/models`` (and of ``--cms``, a folder of CMS's models)
@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -91,16 +92,16 @@ def diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     return float(d.max()), float((d / (np.abs(b64) + 1e-3)).max()), float(np.abs(b64).max())
 
 
-def main() -> None:
-    """Builds the repository, serves it, sends the requests, writes ``results.json``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", help="folder for results.json and the server's folder")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cms", help="a folder of CMS's models (served and compared too)")
     parser.add_argument("--models", help="comma-separated model names (default: every ONNX model)")
     parser.add_argument("--expect-cuda", action="store_true", help="fail unless every KIND_GPU instance runs on CUDA")
     parser.add_argument("--cpu-only", action="store_true", help="no GPU here: both entries on CPU (checks the tool)")
     parser.add_argument("--requests", type=int, default=8, help="requests per model (1 to 64 rows)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Builds the repository, serves it, sends the requests, writes ``results.json``."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = SHIPPED + ([Path(args.cms)] if args.cms else [])
@@ -193,9 +194,18 @@ def main() -> None:
         print(" ", line)
     worst = max((v[0] for e in results.values() for v in e["native_gpu_vs_cpu"].values()), default=0)
     print("worst native GPU vs CPU max abs diff:", worst)
-    if args.expect_cuda:
-        assert len(gpu_lines) == len(infos) and not warned, "not every KIND_GPU instance runs on CUDA"
+    if args.expect_cuda and (len(gpu_lines) != len(infos) or warned):
+        print("not every KIND_GPU instance runs on CUDA", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder for results.json and the server's folder")
+    add_arguments(parser)
+    return run(parser.parse_args())
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

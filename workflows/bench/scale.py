@@ -569,8 +569,11 @@ def markdown(report: dict[str, Any]) -> str:
     balance = [p for p in report["points"] if p["servers"] > 1]
     if balance:
         worst = max(max(abs(s * p["servers"] - 1) for s in p["server_share"]) for p in balance)
-        lines.append(f"- balance: largest deviation of a server's share from even: {100 * worst:.1f} % "
-                     f"(simulated: {100 * max(max(abs(s * p['servers'] - 1) for s in p['simulated_server_share']) for p in balance):.1f} %)")
+        simulated = [p["simulated_server_share"] for p in balance if "simulated_server_share" in p]
+        # no one-job, one-server point (--servers 2 alone): nothing was simulated to compare with
+        also = (f" (simulated: {100 * max(max(abs(s * len(shares) - 1) for s in shares) for shares in simulated):.1f} %)"
+                if simulated else "")
+        lines.append(f"- balance: largest deviation of a server's share from even: {100 * worst:.1f} %{also}")
     return "\n".join(lines) + "\n"
 
 

@@ -299,7 +299,7 @@ def find(rows: list[dict], **match: Any) -> dict | None:
 
 
 def goals(rows: list[dict]) -> list[dict[str, Any]]:
-    """The issue's goals (issue 12) against what was measured, at the most requests in flight."""
+    """The server's goals (native backend: requests/s, batching, tail latency) against what was measured, at the most requests in flight."""
     out = []
 
     def add(text: str, value: float | None, target: float, higher: bool) -> None:
@@ -342,7 +342,7 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{r['avg_batch']:.1f} | {r['h2load_cpu_us_per_request']:.1f} |")
     lines += ["", "Server CPU: user + system time of the server process and its children (python stubs) over the "
               "round ÷ requests. h2load's own CPU per request is shown to say the load generator was not the limit.",
-              "", "## Goals (issue 12), at the most requests in flight", "", "| goal | measured | target | met |",
+              "", "## Goals, at the most requests in flight", "", "| goal | measured | target | met |",
               "|---|---:|---:|---|"]
     for g in report["goals"]:
         value = "not measured" if g["value"] is None else f"{g['value']:,.1f}"

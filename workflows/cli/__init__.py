@@ -173,19 +173,22 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.BROKEN_PIPE
     except SonicError as err:
         if args.verbose:
-            raise
+            traceback.print_exc()  # -v shows where; the exit status still says what kind of failure it was
+            return int(getattr(err, "exit_code", ExitCode.ERROR))
         notes = "; ".join(getattr(err, "__notes__", []))
         _say(f"error: {err}" + (f" ({notes})" if notes else ""))
         return int(getattr(err, "exit_code", ExitCode.ERROR))
     except OSError as err:  # the system refused: a full disk, a permission, a file that vanished
         if args.verbose:
-            raise
+            traceback.print_exc()
+            return ExitCode.ERROR
         what = f": {err.filename!r}" if err.filename else ""
         _say(f"error: {err.strerror or err}{what}")
         return ExitCode.ERROR
     except Exception as err:  # noqa: BLE001 - a bug: one line here, the traceback with -v
         if args.verbose:
-            raise
+            traceback.print_exc()
+            return ExitCode.INTERNAL
         _say(f"internal error at {_where(err)}: {type(err).__name__}: {err} (a bug in sonic-hep; "
              f"run with -v for the traceback)")
         return ExitCode.INTERNAL

@@ -373,7 +373,7 @@ class TritonPythonModel:
             if len(requests) > 1:  # one bad request must not fail those handed over with it: one by one
                 return [self.execute([request])[0] for request in requests]
             # a TritonError of its own per response: an error object shared by several responses
-            # crashes the pip Triton 2.51 under concurrency and garbles the messages (issue 11)
+            # crashes the pip Triton 2.51 under concurrency and garbles the messages
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(f"model {self.name!r}: "
                                                                           f"{type(err).__name__}: {err}"))]
         responses = []
