@@ -41,6 +41,13 @@ MAX_THREADS = 1024
 MAX_STREAMS = 4096
 #: more events per call than this is a typo: a batch is held in memory whole
 MAX_EVENTS_PER_CALL = 1_000_000
+#: values a configuration may hold once every YAML alias (``*name``) is replaced by what its anchor (``&name``)
+#: names. The shipped configurations share a few field lists this way (hundreds of values); an "alias bomb" —
+#: lists of aliases of lists of aliases — turns a kilobyte file into billions of values, which exhaust memory
+#: as soon as the configuration is copied. Values written out are not counted: only what aliases add.
+MAX_ALIAS_VALUES = 100_000
+#: PyYAML reads nested lists and mappings by recursion, so a few hundred levels exhaust Python's stack
+NESTED_TOO_DEEPLY = "YAML lists or mappings nested too deeply to read (hundreds of levels)"
 #: the most events per call the scheduler chooses by itself: past a few hundred events a call's fixed
 #: cost is already spread thin, and larger batches only delay the first output and hold more memory
 AUTO_EVENTS_PER_CALL = 500
@@ -107,7 +114,9 @@ def load_yaml(path: str | os.PathLike) -> LineDict:
             loader = _Loader(stream)
             loader.name = path
             try:
-                data = loader.get_single_data()
+                node = loader.get_single_node()
+                _refuse_alias_bombs(node, path)
+                data = loader.construct_document(node) if node is not None else None
             finally:
                 loader.dispose()
     except FileNotFoundError:
@@ -121,6 +130,8 @@ def load_yaml(path: str | os.PathLike) -> LineDict:
                           file=path) from None
     except OSError as err:
         raise ConfigError(f"configuration file cannot be read: {err.strerror or err}", file=path) from None
+    except RecursionError:  # PyYAML composes nested lists and mappings by recursion
+        raise ConfigError(NESTED_TOO_DEEPLY, file=path) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -132,6 +143,43 @@ def load_yaml(path: str | os.PathLike) -> LineDict:
     if not isinstance(data, dict):
         raise ConfigError(f"the top level must be a mapping, not {type(data).__name__}", file=path, line=1)
     return data
+
+
+def _refuse_alias_bombs(root: yaml.Node | None, file: str) -> None:
+    """Refuses a YAML document whose aliases add more than :data:`MAX_ALIAS_VALUES` values, or that holds itself.
+
+    Counted on the composed nodes, before anything is built: an alias is the very node its anchor names, so
+    each node's expanded size is computed once and every later visit of it (an alias) adds that size.
+    """
+    sizes: dict[int, int] = {}
+    holding: set[int] = set()  # nodes being counted: meeting one again is an alias to a node that holds it
+    added = 0
+
+    def size(node: yaml.Node) -> int:
+        nonlocal added
+        key, line = id(node), node.start_mark.line + 1
+        if key in holding:
+            raise ConfigError("a YAML alias refers to a mapping or list that holds it (it would never end)",
+                              file=file, line=line)
+        if key in sizes:
+            added += sizes[key]
+            if added > MAX_ALIAS_VALUES:
+                raise ConfigError(f"YAML aliases expand the configuration by more than {MAX_ALIAS_VALUES:,} values "
+                                  f"(an alias bomb?); write the values out or use fewer aliases", file=file, line=line)
+            return sizes[key]
+        holding.add(key)
+        if isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(key_node) + size(value_node) for key_node, value_node in node.value)
+        else:
+            total = 1
+        holding.discard(key)
+        sizes[key] = total
+        return total
+
+    if root is not None:
+        size(root)
 
 
 @dataclass
@@ -270,9 +318,9 @@ def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -
             raise ConfigError(f"override {override!r} must look like key.path=value", file="<command line>")
         path, _, text = override.partition("=")
         try:
-            value = yaml.safe_load(text) if text != "" else ""
-        except yaml.YAMLError as err:
-            raise ConfigError(f"cannot parse value {text!r}: {err}", file="<command line>", key=path) from None
+            value = parse_value(text) if text != "" else ""
+        except ConfigError as err:
+            raise ConfigError(err.reason, file=COMMAND_LINE, key=path) from None
         keys = path.strip().split(".")
         modules = data.get("modules") or {}
         if keys[0] in modules and keys[0] not in SECTIONS:
@@ -296,6 +344,26 @@ def apply_overrides(data: dict, overrides: list[str], file: str | None = None) -
         if isinstance(target, LineDict):
             target.overridden.add(keys[-1])
     return data
+
+
+def parse_value(text: str) -> Any:
+    """A value given on the command line (``-p key=VALUE``, ``-E key=VALUE``) read as YAML, bounded as a file is.
+
+    Raises:
+        ConfigError: the text is not YAML, nests too deeply, or its aliases expand too far (no file or key:
+            the caller knows which option it was).
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        _refuse_alias_bombs(node, COMMAND_LINE)
+        return loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"cannot parse value {text!r}: {err}") from None
+    except RecursionError:
+        raise ConfigError(NESTED_TOO_DEEPLY) from None
+    finally:
+        loader.dispose()
 
 
 def parse(data: dict, file: str | None = None) -> ProcessConfig:
@@ -334,12 +402,16 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     if not isinstance(path, list):
         raise ConfigError("must be a list of module labels", key="path", **origin(data, "path", file))
     for label in path:
+        if not isinstance(label, str):
+            raise ConfigError(f"expected module labels, got {type(label).__name__} {label!r}", key="path",
+                              **origin(data, "path", file))
         if label not in modules:
             raise ConfigError(f"unknown module label {label!r}{did_you_mean(str(label), modules)}",
                               key="path", **origin(data, "path", file))
     services = data.get("services") or {}
     if not isinstance(services, dict) or any(not isinstance(v, dict) for v in services.values()):
         raise ConfigError("must map service names to mappings", key="services", **origin(data, "services", file))
+    _check_timing(services.get("timing") or {}, file)
     source = _section(data, "source", SourceConfig, file)
     output = _section(data, "output", OutputConfig, file)
     options = _section(data, "options", Options, file)
@@ -357,6 +429,17 @@ def parse(data: dict, file: str | None = None) -> ProcessConfig:
     return ProcessConfig(name=name, file=file, source=source, modules=modules, path=list(path), output=output,
                          services={k: dict(v) for k, v in services.items()}, options=options, raw=raw,
                          service_origins=service_origins, imports=imports)
+
+
+def _check_timing(timing: dict, file: str | None) -> None:
+    """``services.timing``: ``{json: FILE}`` only (the framework itself reads it; no service class checks it)."""
+    for key, value in timing.items():
+        if key != "json":
+            raise ConfigError(f"unknown key{did_you_mean(str(key), ['json'])}; known: ['json']",
+                              key=f"services.timing.{key}", **origin(timing, key, file))
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"expected a file name, got {type(value).__name__} {value!r}",
+                              key="services.timing.json", **origin(timing, key, file))
 
 
 def _source_columns(data: dict, file: str | None) -> dict[str, Any]:

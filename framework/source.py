@@ -82,7 +82,7 @@ def open_file(path: str) -> Any:
         raise SourceError(f"cannot open {path!r} as a ROOT file: {type(err).__name__}: {err}") from None
 
 
-def _open_tree(path: str, tree: str) -> Any:
+def open_tree(path: str, tree: str) -> Any:
     """The TTree or RNTuple ``tree`` of file ``path`` (a missing one is named, with the file's keys)."""
     handle = open_file(path)
     try:
@@ -163,7 +163,7 @@ class RootSource:
         if self._open is None or self._open[0] != path:
             if self._open is not None:
                 self._open[1].file.close()
-            tree = _open_tree(path, self.config.tree)
+            tree = open_tree(path, self.config.tree)
             self._open = (path, tree, _plan(tree, self.requests, self.mapping, path))
         return self._open[1], self._open[2]
 

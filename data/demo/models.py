@@ -24,10 +24,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ...framework.inference.repository import TensorSpec, write_model
+from ...framework.paths import MODELS
 
 OPSET = 17
 LABELS = ["b", "c", "uds", "g"]
-REPOSITORY = Path(__file__).resolve().parents[1] / "models" / "demo"
+REPOSITORY = MODELS / "demo"
 
 
 def _serialize(graph: onnx.GraphProto) -> bytes:

@@ -27,9 +27,9 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ...framework.inference.repository import TensorSpec, add_tensors, write_model
+from ...framework.paths import MODELS
 from .model import CLASSES, INPUT, OUTPUTS, PATCH
 
-MODELS = Path(__file__).resolve().parents[1] / "models"
 NAME = "emtrkmichelid"
 MAX_BATCH = 1693
 GPU_MAX_BATCH = 16384

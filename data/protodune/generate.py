@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--events", type=int, required=True, help="number of events")
-    parser.add_argument("--output", required=True, help="ROOT file to write")
+    parser.add_argument("--events", "-n", type=int, required=True, help="number of events")
+    parser.add_argument("--output", "-o", required=True, help="ROOT file to write")
     parser.add_argument("--scale", choices=("full", "small"), default="full",
                         help="full: ProtoDUNE-SP size (~55k hits/event); small: one 1 m³ TPC (tests)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (event i uses the stream (seed, i))")

@@ -27,7 +27,8 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from .client import InferenceClient, check_inputs  # noqa: E402
-from .producer import InferenceProducer
+from .producer import InferenceProducer, UsesModel
 from .repository import ModelInfo, ModelRepository, TensorSpec
 
-__all__ = ["InferenceClient", "InferenceProducer", "ModelInfo", "ModelRepository", "TensorSpec", "check_inputs"]
+__all__ = ["InferenceClient", "InferenceProducer", "ModelInfo", "ModelRepository", "TensorSpec", "UsesModel",
+           "check_inputs"]

@@ -58,9 +58,10 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
 from ..errors import ConfigError
+from .keepalive import Keepalive
 from .repository import ModelInfo, TensorSpec, parse_specs
 from .shm import SharedMemoryPool, aligned
-from .tls_probe import hint, server_tls
+from .tls_probe import certificate_problem, hint, server_tls
 from .transport import native
 from .triton_errors import ACTIONS, RequestError, action_for, convert
 
@@ -171,17 +172,23 @@ class ServerConnection:
         compression (str): "none", "gzip" or "deflate" (gRPC message compression).
         shared_memory (str): "on" (tensors through system shared memory), "off", or "auto": shared
             memory for requests of at least ``SHM_MIN_BYTES`` (below that, copying into the gRPC
-            message costs less than the extra bookkeeping). Only for a server on this host.
+            message costs less than the extra bookkeeping). Only with a server that has shown, at the
+            connection's probe, that it opens this host's regions; else the wire, after one notice ("on":
+            one warning).
         model_versions (dict): pinned model versions (default: the server's choice).
         transport (str): "auto" (the compiled transport for servers reached in clear text without
             compression, where it builds; else grpcio), "native" (an error where it cannot be used) or
             "grpcio" (see the module docstring).
+        keepalive (Keepalive | None): HTTP/2 pings on every channel of this connection, so a silent one (a
+            network partition) ends in seconds, failing its calls with UNAVAILABLE (``keepalive.py``).
     """
 
     def __init__(self, spec: ServerSpec, timeout_s: float = 60.0, compression: str = "none",
                  shared_memory: str = "off", model_versions: Mapping[str, int] | None = None,
-                 transport: str = "auto"):
+                 transport: str = "auto", keepalive: Keepalive | None = None):
         self.spec = spec
+        self.keepalive = keepalive or Keepalive()
+        self._native_keepalive = self.keepalive  # pings half as often after a server refused them (too_many_pings)
         self.address = spec.address
         self.timeout_s = timeout_s
         self.compression = {"none": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}[compression]
@@ -189,8 +196,10 @@ class ServerConnection:
         self.client = grpcclient.InferenceServerClient(spec.address, ssl=spec.ssl,
                                                        root_certificates=spec.root_certificates,
                                                        private_key=spec.private_key,
-                                                       certificate_chain=spec.certificate_chain)
-        self.shm = SharedMemoryPool(self.client, spec.address) if shared_memory in ("on", "auto") else None
+                                                       certificate_chain=spec.certificate_chain,
+                                                       channel_args=channel_options(self.keepalive))
+        self.shm = (SharedMemoryPool(self.client, spec.address, forced=shared_memory == "on")
+                    if shared_memory in ("on", "auto") else None)
         self.shm_min_bytes = SHM_MIN_BYTES if shared_memory == "auto" else 0
         self._lock = threading.Lock()  # guards everything below
         self._idle = threading.Condition(self._lock)  # notified when the last call ends (close waits for it)
@@ -222,7 +231,12 @@ class ServerConnection:
             error = convert(err, "*", self.address)
             closed = error.status == "UNAVAILABLE" and "socket closed" in str(error).lower()  # all gRPC says
             why = hint(server_tls(self.address), self.spec.ssl, bool(self.spec.certificate_chain)) if closed else None
+            if why is None and self.spec.ssl and error.status == "UNAVAILABLE":  # gRPC: "Socket closed", or OpenSSL
+                why = certificate_problem(self.address, self.spec.root_certificates, self.spec.private_key,
+                                          self.spec.certificate_chain)
             raise (RequestError("*", self.address, "UNAVAILABLE", why, "failover") if why else error) from None
+        if self.shm is not None:  # proven now, before the first request that would use it (shm.py)
+            self.shm.usable(timeout)
         return {m.name: m.version for m in index.models if m.state == "READY"}
 
     def model_info(self, model: str, version: str = "") -> ModelInfo:
@@ -254,9 +268,10 @@ class ServerConnection:
     def stages(self, inputs: Mapping[str, np.ndarray]) -> bool:
         """Whether a request with these inputs goes through shared memory: with a pool, inputs of at least
         ``shm_min_bytes`` together, and numbers only (a region holds raw values; strings go in the message, in
-        Triton's length-prefixed form)."""
+        Triton's length-prefixed form), to a server that has shown it opens our regions
+        (``SharedMemoryPool.usable``)."""
         return (self.shm is not None and sum(a.nbytes for a in inputs.values()) >= self.shm_min_bytes
-                and all(a.dtype.kind in "biuf" for a in inputs.values()))
+                and all(a.dtype.kind in "biuf" for a in inputs.values()) and self.shm.usable())
 
     def send(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str]) -> Future:
         """Starts one request; the Future gives ``{output: array}`` or fails with a RequestError.
@@ -413,8 +428,11 @@ class ServerConnection:
         with self._h2_lock:
             channel = self._h2
             if channel is None or not channel.alive:
+                if channel is not None and "too_many_pings" in channel.reason:
+                    self._native_keepalive = _calmer(self._native_keepalive, self.address)
                 host, _, port = self.address.rpartition(":")
-                channel = self._h2 = native.NativeChannel(host, int(port), self._native_done)
+                channel = self._h2 = native.NativeChannel(host, int(port), self._native_done,
+                                                          keepalive=self._native_keepalive)
             return channel
 
     def _native_done(self, tag: int, status: str, message: str, body: bytes) -> None:
@@ -477,7 +495,7 @@ class ServerConnection:
         """The ``ModelInfer`` callable of this connection's channel (opened on first use, again after close)."""
         with self._lock:
             if self._channel is None:
-                self._channel = open_channel(self.spec)
+                self._channel = open_channel(self.spec, self.keepalive)
                 self._model_infer = service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer
             return self._model_infer
 
@@ -651,11 +669,17 @@ def _say_once(line: str, level: int = logging.INFO) -> None:
         log.log(level, line)
 
 
-def open_channel(spec: ServerSpec) -> grpc.Channel:
-    """A gRPC channel to the server with the TLS settings of ``spec`` and no message size limit below
-    Triton's (gRPC's default 4 MiB would refuse large tensors sent in the message)."""
-    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+def channel_options(keepalive: Keepalive) -> list[tuple[str, int]]:
+    """Options of every grpcio channel to a server, the control plane's (tritonclient's) too."""
+    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *keepalive.channel_options()]
+
+
+def open_channel(spec: ServerSpec, keepalive: Keepalive | None = None) -> grpc.Channel:
+    """A gRPC channel to the server with the TLS settings of ``spec``, no message size limit below
+    Triton's (gRPC's default 4 MiB would refuse large tensors sent in the message) and HTTP/2 keepalive
+    pings (``keepalive.py``)."""
+    options = channel_options(keepalive or Keepalive())
     if not spec.ssl:
         return grpc.insecure_channel(spec.address, options=options)
 
@@ -665,6 +689,16 @@ def open_channel(spec: ServerSpec) -> grpc.Channel:
     credentials = grpc.ssl_channel_credentials(read(spec.root_certificates), read(spec.private_key),
                                                read(spec.certificate_chain))
     return grpc.secure_channel(spec.address, credentials, options=options)
+
+
+def _calmer(keepalive: Keepalive, address: str) -> Keepalive:
+    """Pings half as often: the server ended a native connection for pinging more often than it allows (gRPC's
+    own client does the same). Logged at each step: the server's flags are what should change."""
+    slower = Keepalive(min(2 * keepalive.time_s, 3600.0), keepalive.timeout_s)
+    _say_once(f"Triton server {address} refuses HTTP/2 pings every {keepalive.time_s:g} s (too_many_pings): pinging "
+              f"every {slower.time_s:g} s now; start it with --grpc-http2-min-recv-ping-interval-without-data and "
+              "--grpc-keepalive-permit-without-calls=1 (as `sonic server start` does)", logging.WARNING)
+    return slower
 
 
 def _datatypes(info: ModelInfo, inputs: Mapping[str, Any]) -> dict[str, str]:

@@ -17,6 +17,11 @@ Each server of a fleet (a batch job running ``tritonserver``) owns one entry, ``
 * **Removal**: a server job that ends (stopped, cancelled, its server died) removes its entry first, so
   clients stop choosing it before it stops answering.
 
+* **Checked on reading, in one place** (:func:`parse_entry`): a file of the wrong shape (not JSON, not an
+  object, a field missing or of the wrong type, an address that is not ``HOST:PORT``) is skipped with a
+  warning naming the file and the field, and the good entries beside it are used: one bad file must not stop
+  every client of the fleet. ``sonic fleet status`` lists such files with their problem (:func:`scan`).
+
 Readers (the SONIC client's :class:`~.servers.ServerPool`, ``sonic fleet status``, the autoscaler) call
 :func:`live_entries` or :func:`discover`; nothing here talks to a server.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -116,18 +122,109 @@ def deregister(fleet: str | os.PathLike, name: str) -> None:
     remove_stale_temporaries(str(path))
 
 
-def read_entries(fleet: str | os.PathLike) -> list[Entry]:
-    """Every entry in the directory, expired ones included (in name order); unreadable files are skipped
-    with a debug line (only a foreign file can be partial: ours are renamed into place whole)."""
-    entries = []
+class EntryProblem(ValueError):
+    """Why a file is not a usable entry: one line naming the field (or "not JSON", "not an object")."""
+
+
+@dataclass(frozen=True)
+class BadEntry:
+    """A file in ``servers/`` that readers skip, and why (``sonic fleet status`` lists them)."""
+
+    path: Path
+    problem: str
+
+
+#: every field of an entry: the types it may hold, what to say when it holds another, and whether a file
+#: without it is refused (those that decide where a server is and whether it still lives; the others fall
+#: back to :class:`Entry`'s defaults)
+FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
+    "name": ((str,), "a string", True),
+    "address": ((str,), "a string HOST:PORT", True),
+    "models": ((dict,), "an object {model: version}", False),
+    "health": ((str,), "a string", False),
+    "ssl": ((bool,), "true or false", False),
+    "root_certificates": ((str, type(None)), "a path or null", False),
+    "host": ((str,), "a string", True),
+    "pid": ((int,), "an integer", True),
+    "batch_id": ((str, type(None)), "a string or null", False),
+    "started": ((int, float), "a number", False),
+    "heartbeat": ((int, float), "a number", True),
+    "ttl_s": ((int, float), "a number", True),
+}
+
+
+def parse_entry(text: str) -> Entry:
+    """The entry a file holds, every field checked, so that nothing a reader does with it later can fail.
+
+    Fields this version does not know are ignored (a newer writer may add some).
+
+    Raises:
+        EntryProblem: naming the first field that is missing or wrong.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise EntryProblem(f"not JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise EntryProblem(f"not a JSON object: {_shown(data)}")
+    values: dict[str, Any] = {}
+    for name, (types, wanted, required) in FIELDS.items():
+        if name not in data:
+            if required:
+                raise EntryProblem(f"field {name!r} is missing")
+            continue
+        value = data[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise EntryProblem(f"field {name!r} must be {wanted}, not {_shown(value)}")
+        values[name] = float(value) if float in types and value is not None else value
+    for name in ("started", "heartbeat", "ttl_s"):
+        if name in values and not math.isfinite(values[name]):
+            raise EntryProblem(f"field {name!r} must be a finite number, not {_shown(data[name])}")
+    if values["ttl_s"] <= 0:
+        raise EntryProblem(f"field 'ttl_s' must be positive, not {_shown(data['ttl_s'])}")
+    if values["pid"] <= 0:
+        raise EntryProblem(f"field 'pid' must be positive, not {values['pid']}")
+    host, sep, port = values["address"].rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise EntryProblem(f"field 'address' must be HOST:PORT with a port 1-65535, not {_shown(values['address'])}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.get("models", {}).items()):
+        raise EntryProblem(f"field 'models' must map model names to version strings, not {_shown(data['models'])}")
+    return Entry(**values)
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON, shortened: a message stays one line whatever a file holds."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def scan(fleet: str | os.PathLike) -> tuple[list[Entry], list[BadEntry]]:
+    """Every entry in the directory, expired ones included (in name order), and the files that are not
+    entries with their problem. A file removed between the listing and the read is neither."""
+    entries, bad = [], []
     for path in sorted(servers_dir(fleet).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
-            entries.append(Entry(**data))
+            entries.append(parse_entry(path.read_text()))
         except FileNotFoundError:
-            continue  # removed between the listing and the read
-        except (OSError, ValueError, TypeError) as err:
-            log.debug("fleet entry %s is not readable: %s", path, err)
+            continue
+        except EntryProblem as err:
+            bad.append(BadEntry(path, str(err)))
+        except (OSError, UnicodeDecodeError) as err:
+            bad.append(BadEntry(path, f"not readable ({err})"))
+    return entries, bad
+
+
+#: bad files already warned about by this process (a client re-reads the directory every few seconds)
+_warned: set[BadEntry] = set()
+
+
+def read_entries(fleet: str | os.PathLike) -> list[Entry]:
+    """The entries of :func:`scan`; each bad file is skipped with a warning (once per file and problem)."""
+    entries, bad = scan(fleet)
+    for item in bad:
+        if item not in _warned:
+            _warned.add(item)
+            log.warning("fleet entry %s skipped: %s", item.path, item.problem)
     return entries
 
 

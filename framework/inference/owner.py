@@ -16,6 +16,7 @@ dead processes after a ``kill -9`` without touching a living process's regions.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -103,6 +104,20 @@ class ProcessId:
         return f"pid {self.pid} ({command[:80]})" if command else f"pid {self.pid}"
 
 
+@functools.cache
+def pid_namespace() -> int:
+    """This process's PID namespace (the inode of ``/proc/self/ns/pid``), 0 when it cannot be read.
+
+    A tag's PID means something only in the namespace it was taken in: a process in a container that shares
+    ``/dev/shm`` with the host but not its PIDs would look dead from the host. Records that others judge by
+    their tag carry this number too, so that only a judge in the same namespace trusts the PID.
+    """
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def tag_alive(tag: str) -> bool:
     """Whether the process of a ``<pid>-<start>`` tag still runs (start time compared, command line not)."""
     pid, _, start = tag.partition("-")
@@ -118,9 +133,11 @@ def sweep_shared_memory(pattern: str) -> list[str]:
 
     Args:
         pattern (str): a regular expression matched against each name from its start, whose group
-            ``tag`` is the owner's :attr:`ProcessId.tag`; only files of this user are considered.
+            ``tag`` is the owner's :attr:`ProcessId.tag`; only files of this user are considered. A name
+            whose group ``namespace`` (when the pattern has one) names another PID namespace is left alone.
     """
     regex = re.compile(pattern)
+    here = str(pid_namespace())
     removed = []
     try:
         entries = list(SHM_DIR.iterdir())
@@ -128,7 +145,7 @@ def sweep_shared_memory(pattern: str) -> list[str]:
         return removed
     for path in entries:
         match = regex.match(path.name)
-        if not match or tag_alive(match.group("tag")):
+        if not match or match.groupdict().get("namespace") not in (None, here) or tag_alive(match.group("tag")):
             continue
         try:
             if path.stat().st_uid != os.getuid():

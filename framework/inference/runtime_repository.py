@@ -16,6 +16,10 @@ A model whose checksum is wrong is never served. The original repository is neve
 ``KIND_CPU``, with at most one instance per core this process may use: a GPU group's count is chosen
 to keep a GPU fed (the ProtoDUNE GPU entry runs 16), and as many CPU instances only compete for the
 cores and multiply the memory. ``device="gpu"`` leaves the config as it is (unset kinds then pick the GPU).
+
+An instance count no machine can run is refused with one line naming the model (:func:`check_instances`):
+more than :data:`MAX_CPU_INSTANCES_PER_CORE` CPU instances per core the server may use, or more than
+:data:`MAX_GPU_INSTANCES_PER_GPU` per GPU. Counts below those bounds are served as written.
 """
 
 from __future__ import annotations
@@ -26,8 +30,46 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from ..errors import InferenceError
 from .model_digest import file_digests
 from .repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
+
+
+#: CPU instances of one model per core the server may use, at most. Each python-based instance is a process
+#: of its own and each instance holds the model: past a few per core they only compete for the cores and
+#: multiply the memory, and thousands take the machine down before Triton says anything (it aborted after
+#: starting ~800 of 10,000).
+MAX_CPU_INSTANCES_PER_CORE = 8
+#: GPU instances of one model per GPU, at most (each holds the model in GPU memory; the ProtoDUNE GPU entry's
+#: 16 keep one GPU fed)
+MAX_GPU_INSTANCES_PER_GPU = 64
+
+
+def check_instances(info: ModelInfo, config: mc.ModelConfig, cores: int) -> None:
+    """Refuses instance counts the machine cannot run, naming the model, the count and the bound.
+
+    Raises:
+        InferenceError: a CPU group above ``MAX_CPU_INSTANCES_PER_CORE × cores``, a GPU group above
+            ``MAX_GPU_INSTANCES_PER_GPU`` (a GPU group's count is per GPU), or a negative count.
+    """
+    group_kind = mc.ModelInstanceGroup
+    cpu_bound = MAX_CPU_INSTANCES_PER_CORE * cores
+    for group in config.instance_group:
+        if group.kind == group_kind.KIND_MODEL:  # the backend decides where and how many
+            continue
+        where = f"model {info.name!r}: instance_group count {group.count} ({group_kind.Kind.Name(group.kind)})"
+        fix = f"lower it in {info.path / 'config.pbtxt'}" if info.path is not None else "lower it in its config"
+        if group.count < 0:
+            raise InferenceError(f"{where} must be at least 1; {fix}")
+        if group.kind == group_kind.KIND_CPU:
+            plural = "s" * (cores != 1)
+            bound, why = cpu_bound, f"{MAX_CPU_INSTANCES_PER_CORE} per core × {cores} core{plural} it may use"
+        elif group.kind == group_kind.KIND_GPU:
+            bound, why = MAX_GPU_INSTANCES_PER_GPU, "per GPU"
+        else:  # KIND_AUTO on a GPU server: a GPU if there is one, else the cores
+            bound, why = max(cpu_bound, MAX_GPU_INSTANCES_PER_GPU), "on a GPU or on the cores it may use"
+        if group.count > bound:
+            raise InferenceError(f"{where} is more than this server can run: at most {bound} ({why}); {fix}")
 
 
 def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = None) -> mc.ModelConfig:
@@ -46,6 +88,7 @@ def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = Non
                 group.ClearField("gpus")
                 if group.count > cores:
                     group.count = cores
+    check_instances(info, config, cores or len(os.sched_getaffinity(0)))
     return config
 
 

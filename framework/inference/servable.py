@@ -11,7 +11,9 @@ the reason (``sonic server start --strict`` refuses instead). A model is servabl
 * the engine that backend needs imports in the *server's* python (torch for ``pytorch``, tensorflow for
   ``tensorflow``; onnxruntime is a dependency of sonic-hep and not probed);
 * its model file exists (``<version>/model.pt`` ..., or the config's ``default_model_filename``), for the
-  platforms whose file name Triton knows;
+  platforms whose file name Triton knows, and passes the cheap checks of ``backends/common/model_file.py``
+  (not empty, not truncated, an ONNX model where one is expected, small enough to parse): with the pip
+  server's ``--exit-on-error`` one unloadable file would otherwise stop the server and every model in it;
 * for an ensemble, every step model is served.
 
 Example::
@@ -28,6 +30,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from .backends.common import model_file
 from .repository import DEFAULT_MODEL_FILES, ModelInfo, backend_of
 
 #: backends the pip Triton runs without a backend folder of ours
@@ -82,6 +85,9 @@ def reason(info: ModelInfo, python: str, backends: set[str]) -> str:
         path = info.model_file()
         if not path.exists():
             return f"{what}: its model file {path} does not exist"
+        unloadable = model_file.problem(path, model_file.kind_of(backend, info.platform))
+        if unloadable:
+            return f"{what}: {unloadable}"
     return ""
 
 

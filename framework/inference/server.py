@@ -26,7 +26,8 @@ Nothing is left behind: the server gets SIGTERM when the process that started it
 it and whichever thread started it (``spawner.py``); it runs with umask 077, so its python stubs'
 shared memory is private (0600); a clean stop removes the work folder we made (kept after a failure, or
 with ``keep_workdir`` / ``SONIC_HEP_KEEP_WORKDIR=1``); each new server removes the folders and shared
-memory that servers of dead processes left (``owner.py``).
+memory that servers of dead processes left (``owner.py``). What clients registered with the server and
+could not unregister because they died is unregistered by the server's janitor (``shm_janitor.py``).
 
 A server that cannot start raises :class:`InferenceError` with the end of its log; a fixed port that is
 taken raises one line naming the port and, when visible, the process holding it.
@@ -39,6 +40,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -53,12 +55,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InferenceError
-from . import runtime_repository
+from . import keepalive, runtime_repository
 from .owner import ProcessId, sweep_shared_memory
 from .servable import ENGINES, one_line, unservable
+from .shm_janitor import INTERVAL_S as SHM_JANITOR_S
+from .shm_janitor import ShmJanitor
 from .private_memory import make_private, preload_library
 from .repository import ModelInfo, ModelRepository
 from .sockets import bind_problem, is_loopback, listening
+from .tls_probe import own_certificate
 from .spawner import spawn
 from .triton_install import backend_directory, find_install, python_runtime, server_environment
 
@@ -125,6 +130,8 @@ class TritonServer:
             writes them ("0-3,8") (default: all of this process's).
         strict (bool): refuse to start (one line naming each model and reason) when a model cannot be
             served; by default such models are left out, each logged with its reason (``skipped``).
+        shm_janitor_s (float): how often the shared memory regions that clients registered are checked, and
+            those of clients that died unregistered (``shm_janitor.py``); 0 checks never.
         backend (str): what serves ``onnxruntime_onnx`` models: "native" (the compiled backend,
             ``backends/native``; an error when it cannot be built), "python" (the python-based one) or
             "auto" (native where it builds, else python-based after a one-line notice).
@@ -140,7 +147,8 @@ class TritonServer:
                  log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_root_cert: str | None = None,
                  cpus: Iterable[int] | str | None = None,
-                 keep_workdir: bool | None = None, backend: str = "auto", strict: bool = False):
+                 keep_workdir: bool | None = None, backend: str = "auto", strict: bool = False,
+                 shm_janitor_s: float = SHM_JANITOR_S):
         if device not in ("cpu", "gpu"):
             raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
         if backend not in BACKEND_CHOICES:
@@ -152,6 +160,12 @@ class TritonServer:
         for path in (tls_cert, tls_key, tls_root_cert):
             if path and not os.path.isfile(path):
                 raise InferenceError(f"TLS file {path} does not exist")
+        for path, what in ((tls_cert, "TLS certificate"), (tls_root_cert, "TLS root certificate")):
+            refusal, warning = own_certificate(path, what) if path else (None, None)
+            if refusal:
+                raise InferenceError(refusal)
+            if warning:
+                log.warning("%s", warning)
         self.tls = {"cert": tls_cert, "key": tls_key, "root": tls_root_cert}
         if isinstance(cpus, str):
             cpus = parse_cpus(cpus)
@@ -187,6 +201,10 @@ class TritonServer:
         self.skipped: dict[str, str] = {}
         self.process: subprocess.Popen | None = None
         self._log_file: Any = None
+        if shm_janitor_s < 0:
+            raise InferenceError(f"shm_janitor_s must be a number of seconds >= 0 (0: never), not {shm_janitor_s!r}")
+        self.shm_janitor_s = float(shm_janitor_s)
+        self.janitor: ShmJanitor | None = None
         self.owner = ProcessId.current()
         self._shm_prefix = f"sonic_triton_{self.owner.tag}_{next(_numbers)}_"
         self.keep_workdir = keep_workdir if keep_workdir is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
@@ -250,6 +268,9 @@ class TritonServer:
     def start(self) -> TritonServer:
         """Prepares the work folder, starts the process and waits until every model is ready.
 
+        A model whose load fails (a model file its backend refuses) is left out with Triton's reason
+        (``skipped``) and the server started again without it, unless ``strict`` or no model loaded.
+
         Raises:
             InferenceError: a fixed port is taken (one line naming the port and its holder), or the server
                 did not become ready (with its log; the work folder is then kept).
@@ -261,13 +282,18 @@ class TritonServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         repo_dir = self.workdir / "repository"
         shutil.rmtree(repo_dir, ignore_errors=True)
-        served = self._prepare_repository(repo_dir)
+        try:
+            served = self._prepare_repository(repo_dir)
+        except BaseException:  # a model refused before anything ran: its work folder is not left behind
+            self._clean_workdir(clean_stop=True)
+            raise
         self.served = [info.name for info in served]
         native = self._native_library(served)
         self.model_backends = {info.name: model_backend(info, native is not None) for info in served}
         backend_dir = backend_directory(self.workdir / "backends", self.python, self.backends, native_library=native)
         for attempt in range(3):
             self.ports = {k: v or free_port(self.hosts[k]) for k, v in self._fixed_ports.items()}
+            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
             self._spawn(repo_dir, backend_dir)
             try:
                 self._wait_ready()
@@ -277,13 +303,17 @@ class TritonServer:
                 self._kill()
                 if taken:
                     self._check_fixed_ports()  # a fixed port taken since the first check: say which, by whom
-                if not (taken and attempt < 2):
+                unloadable = not taken and attempt < 2 and self._leave_out_unloadable(repo_dir, log_start)
+                if not ((taken or unloadable) and attempt < 2):
                     self._keep(f"the server did not start: {str(err).splitlines()[0]}")
                     raise err from None
-                log.info("a free port we chose was taken by another process before the server bound it; "
-                         "retrying with new ports")
+                if taken:
+                    log.info("a free port we chose was taken by another process before the server bound it; "
+                             "retrying with new ports")
         _LIVE.add(self)
         self._write_owner()
+        if self.shm_janitor_s:  # frees what clients that died left registered (and so mapped) in the server
+            self.janitor = ShmJanitor(self.http_url, self.pid, self.shm_janitor_s, label=self.grpc_url).start()
         opened = make_private(self.shm_prefix)
         if opened:
             log.warning("made %d shared memory regions of the server private (0600) after they were created",
@@ -317,6 +347,32 @@ class TritonServer:
         for name, reason in self.skipped.items():
             log.warning("model %r is not served: %s", name, reason)
         return [name for name in names if name not in self.skipped]
+
+    def _leave_out_unloadable(self, repo_dir: Path, log_start: int) -> bool:
+        """After a start that failed: the models whose load failed (Triton's log after ``log_start``) join
+        ``skipped`` with Triton's reason and leave the runtime repository, so that the next start serves
+        the rest (the pip server stops at one model that does not load: ``--exit-on-error``). False, and
+        nothing changed, with ``strict``, or when no model, or every model, failed to load."""
+        try:
+            with open(self.log_path, "rb") as stream:
+                stream.seek(log_start)
+                lines = stream.read().decode(errors="replace").splitlines()
+        except OSError:
+            return False
+        failed = {}
+        for line in lines:  # E... model_lifecycle.cc:...] "failed to load 'NAME' version N: WHY\n..."
+            found = re.search(r"""\] "failed to load '([^']+)' version \d+: (.*?)(?:\\n|"$)""", line)
+            if line.startswith("E") and found and found[1] in self.served:
+                failed[found[1]] = found[2].replace('\\"', '"')
+        if self.strict or not failed or len(failed) == len(self.served):
+            return False
+        for name, why in failed.items():
+            self.skipped[name] = f"it did not load: {why}"
+            log.warning("model %r is not served: %s", name, self.skipped[name])
+            self.served.remove(name)
+            self.model_backends.pop(name, None)
+            shutil.rmtree(repo_dir / name, ignore_errors=True)
+        return True
 
     def _native_library(self, served: list[ModelInfo]) -> Path | None:
         """The native onnxruntime backend library when this server uses it (``backend``), else None.
@@ -358,7 +414,8 @@ class TritonServer:
                f"--http-address={self.hosts['http']}", f"--http-port={self.ports['http']}",
                f"--metrics-address={self.hosts['metrics']}", f"--metrics-port={self.ports['metrics']}",
                f"--model-control-mode={self.model_control}", f"--log-verbose={self.log_verbose}",
-               "--exit-on-error=true", "--strict-readiness=true"]
+               "--exit-on-error=true", "--strict-readiness=true",
+               *keepalive.SERVER_FLAGS]  # clients' keepalive pings accepted (keepalive.py)
         if self.model_control == "explicit":
             cmd += [f"--load-model={name}" for name in self.served]
         for backend in self.python_backends:  # stub shared memory named after this server, so stop() can clean it
@@ -449,6 +506,7 @@ class TritonServer:
         """
         if self.process is None:
             return None
+        self._stop_janitor()
         code = self.process.poll()
         died_before = code is not None
         if code is None:
@@ -476,6 +534,7 @@ class TritonServer:
     def _kill(self) -> int | None:
         if self.process is None:
             return None
+        self._stop_janitor()
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -484,6 +543,11 @@ class TritonServer:
         self._close_log()
         self._remove_stub_memory()
         return code
+
+    def _stop_janitor(self) -> None:
+        janitor, self.janitor = self.janitor, None
+        if janitor is not None:
+            janitor.stop()
 
     def _reap_group(self) -> None:
         """Python stubs live in the server's process group; make sure none outlives it."""

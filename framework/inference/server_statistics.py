@@ -9,6 +9,7 @@ phases here keeps them agreeing on what it includes (not the queue: that is wait
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 #: Triton's three execution phases: copying inputs in, running the model, copying outputs out
 COMPUTE_KEYS = ("compute_input_ns", "compute_infer_ns", "compute_output_ns")
@@ -22,3 +23,36 @@ def compute_ns(stats: Mapping[str, float]) -> float:
             as read back from a JSON report (a missing counter counts as 0).
     """
     return float(sum(stats.get(key, 0) for key in COMPUTE_KEYS))
+
+
+ServerCounters = Mapping[str, Mapping[str, Mapping[str, float]]]
+
+
+def not_one_server(server_side: ServerCounters, answered: Mapping[str, Mapping[str, Any]],
+                   doubts: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The addresses whose statistics are not one server's counts of this job, each with why.
+
+    A server counts every request it answered (Triton's success count), so over a job it counts at least the
+    requests this job had answered at its address, and its counters never go down while it lives. An address
+    that counted fewer, or whose counters went down between two reads (``doubts``, from the server pool),
+    reaches several servers — a proxy or load balancer in front of them answers each statistics call from
+    whichever server it picks — or its server restarted during the job. Either way its numbers are not the
+    server's totals, and the report must not present them as such.
+
+    Args:
+        server_side: ``{address: {model: counters since the job began}}`` (``ServerPool.statistics``; a
+            fallback server's address ends in `` (fallback)``).
+        answered: ``{model: {"answers": {address: requests this job had answered there}, ...}}`` (the client's
+            counters).
+        doubts: ``{address: why}`` already known (counters that went down).
+    """
+    found = dict(doubts or {})
+    for label, models in server_side.items():
+        address = label.removesuffix(" (fallback)")
+        for model, counters in models.items():
+            mine = int((answered.get(model) or {}).get("answers", {}).get(address, 0))
+            theirs = int(counters.get("requests", 0))
+            if theirs < mine and address not in found:
+                found[address] = (f"it counted {theirs} requests of {model!r} where this job had {mine} answered "
+                                  f"there")
+    return found

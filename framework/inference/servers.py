@@ -12,11 +12,13 @@
   queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
 * **Health** is a circuit breaker per server (``breaker.py``): ``threshold`` consecutive requests that
   pass their deadline or find the server unreachable take it out of the rotation for a back-off
-  (a hung server says nothing, it only lets deadlines pass); so does a failed probe, and the background
-  statistics call finding it unreachable (it may have been sent nothing since it died). When the
-  back-off is over, one cheap probe on the background thread brings it back or takes it out again
-  for twice as long (capped). While every server with a model is out, the fallback serves it (or,
-  without fallback, requests fail naming each server and why it is out).
+  (a hung server says nothing, it only lets deadlines pass); one request whose connection its
+  keepalive found silent (a network partition, ``keepalive.py``) takes it out at once; so does a failed
+  probe, and the background statistics call finding it unreachable (it may have been sent nothing since
+  it died). When the back-off is over, one cheap probe on the background thread brings it back or takes
+  it out again for twice as long (capped). While every server with a model is out, the fallback serves
+  it (or, without fallback, requests fail naming each server and why it is out; those whose server only
+  went silent wait for it up to ``timeout_s`` first: ``SonicClient``).
 * **Joining and leaving** (fleets, :meth:`ServerPool.follow`): a discovery callable (e.g. a fleet
   directory's live entries, ``fleet_directory.discover``) is asked at once and on every background refresh. A server it
   names for the first time is probed and joins the pool; one it no longer names (its job ended, its
@@ -44,6 +46,7 @@ from typing import Any
 from ..errors import InferenceError, did_you_mean
 from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection, ServerSpec
+from .keepalive import dead_by_keepalive
 from .model_digest import digest, file_digests, mismatch, model_digest
 from .repository import ModelInfo, ModelRepository, config_checksums
 from .triton_errors import NoServerError, RequestError
@@ -63,6 +66,9 @@ class ServerState:
     queue_ms: dict[str, float] = field(default_factory=dict)  # recent mean queue time per model
     last_stats: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     baseline: dict[tuple[str, str], dict[str, float]] | None = None  # statistics when the job began using it
+    #: why its statistics are not one server's (a counter went down: several servers behind one address, or a
+    #: restart), for the report (``server_statistics.not_one_server``); "" when nothing says so
+    doubt: str = ""
     fallback: bool = False
     retired: bool = False  # discovered, and no longer named by discovery: chosen for nothing new
     refused: dict[str, str] = field(default_factory=dict)  # model → why this server may not serve it
@@ -127,7 +133,8 @@ class ServerPool:
 
     # -- membership ------------------------------------------------------------------------------------
     def _use_shm(self, spec: ServerSpec) -> str:
-        """The connection's shared memory setting: only a server on this host can read our memory."""
+        """The connection's shared memory setting: only a server on this host can read our memory (an address
+        that looks local is not enough: the connection proves it before any request uses it, ``shm.py``)."""
         return self.shared_memory if spec.local or self.shared_memory == "on" else "off"
 
     def _add(self, spec: ServerSpec, fallback: bool = False) -> ServerState:
@@ -260,7 +267,19 @@ class ServerPool:
         still waiting on it should fail over now rather than each wait for its own deadline).
         """
         state = self._state_of(connection)
-        return self._record(state, event_for(status), reason) if state is not None else "none"
+        if state is None:
+            return "none"
+        event = event_for(status)
+        if status == "UNAVAILABLE" and dead_by_keepalive(reason):
+            event = "trip"  # its keepalive found the connection silent (a partition): decisive at once (keepalive.py)
+        return self._record(state, event, reason)
+
+    def returning(self, model: str) -> set[str]:
+        """Servers with ``model`` out of rotation because their connection went silent (keepalive): a partition
+        may heal, so a request with nowhere else to go may wait for them (``SonicClient``)."""
+        with self._lock:
+            return {s.connection.address for s in self.states if model in s.models and not s.retired
+                    and not s.breaker.usable() and dead_by_keepalive(s.reason)}
 
     def has_other(self, model: str, connection: ServerConnection) -> bool:
         """Whether another server in rotation has ``model`` (then a request that passed its deadline on
@@ -492,11 +511,18 @@ class ServerPool:
                     requests = now["requests"] - before.get("requests", 0)
                     if requests > 0:
                         queue[key[0]] = (now["queue_ns"] - before.get("queue_ns", 0)) / requests / 1e6
+                    elif requests < 0:
+                        state.doubt = f"its request count of {key[0]!r} went down between two reads"
                 with self._lock:
                     state.queue_ms.update(queue)
                     state.last_stats = stats
         finally:
             self._refreshing = False
+
+    def statistics_doubts(self) -> dict[str, str]:
+        """``{address: why}`` of the servers whose statistics are not one server's (see ``ServerState.doubt``)."""
+        with self._lock:
+            return {s.connection.address: s.doubt for s in self.states if s.doubt}
 
     def transports(self) -> dict[str, str]:
         """Each server's transport ("native" or "grpcio"), for the job's report."""
@@ -524,6 +550,8 @@ class ServerPool:
             for (model, _version), values in now.items():
                 before = state.baseline.get((model, _version), {})
                 delta = {k: v - before.get(k, 0) for k, v in values.items()}
+                if delta["requests"] < 0:
+                    state.doubt = f"its request count of {model!r} went down during the job"
                 if delta["requests"] or delta["failures"]:
                     total = per_model.setdefault(model, dict.fromkeys(delta, 0))
                     for k, v in delta.items():

@@ -24,8 +24,11 @@
         breaker_threshold: 3         # consecutive deadlines/unreachable answers that take a server out of rotation
         breaker_backoff_s: 1         # first back-off before a probe may bring it back (doubled per failed probe)
         breaker_max_backoff_s: 30    # the longest back-off
+        keepalive_s: 3               # HTTP/2 ping after this long with nothing received (1 to 7200) ...
+        keepalive_timeout_s: 3       # ... unanswered this long (1 to 600): the connection is dead (keepalive.py)
         compression: none            # none | gzip | deflate
-        shared_memory: auto          # auto (local servers, requests of 16 KiB or more) | on | off
+        shared_memory: auto          # auto (local servers, requests of 16 KiB or more) | on | off; only with a
+                                     # server that proves it opens our regions (else the wire)
         transport: auto              # auto | native (compiled, on libnghttp2) | grpcio: what carries requests
         model_versions: {}           # model: version to pin (default: the server's choice)
 
@@ -41,9 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InferenceError, did_you_mean
+from ..paths import project_path
 from ..services import Service
 from ..settings import Problem, build, limits
 from .client import InferenceClient
+from .keepalive import MIN_TIME_S, TIME_S, TIMEOUT_S
 from .repository import ModelRepository
 
 
@@ -68,6 +73,9 @@ class InferenceConfig:
     breaker_threshold: int = field(default=3, metadata=limits(min=1))
     breaker_backoff_s: float = field(default=1.0, metadata=limits(positive="seconds"))
     breaker_max_backoff_s: float = field(default=30.0, metadata=limits(positive="seconds"))
+    keepalive_s: float = field(default=TIME_S, metadata=limits(positive="seconds", min=MIN_TIME_S, max=7200,
+                                                                hint=" (servers refuse more frequent pings)"))
+    keepalive_timeout_s: float = field(default=TIMEOUT_S, metadata=limits(positive="seconds", min=1, max=600))
     compression: str = field(default="none", metadata=limits(choices=("none", "gzip", "deflate")))
     shared_memory: str = field(default="auto", metadata=limits(choices=("auto", "on", "off")))
     transport: str = field(default="auto", metadata=limits(choices=("auto", "native", "grpcio")))
@@ -103,12 +111,10 @@ class InferenceConfig:
 
 #: the options of ``fallback_server`` (passed on to the local server it starts)
 FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python_shm_mb", "python", "device", "startup_timeout", "log_verbose",
-                                     "workdir", "env", "models", "host", "backends", "backend", "strict", "cpus"})
+                                     "workdir", "env", "models", "host", "backends", "backend", "strict", "cpus",
+                                     "shm_janitor_s"})
 #: values of ``fallback_server.backend`` (the same as ``TritonServer``'s ``backend``; checked here to name the key)
 SERVER_BACKENDS = ("auto", "native", "python")
-
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _core_list(value: Any) -> list[int]:
@@ -143,11 +149,7 @@ def resolve_repository(path: str) -> str:
         raise ConfigError(f"{path!r} needs the environment variable {name}: export {name}=DIR (a Triton model "
                           f"repository), or replace the list with -p 'services.inference.repository=[DIR, ...]'",
                           key="services.inference.repository")
-    path = expanded
-    if os.path.isabs(path) or os.path.exists(path):
-        return path
-    candidate = PROJECT_ROOT / path
-    return str(candidate) if candidate.exists() else path
+    return str(project_path(expanded))
 
 
 def make_client(config: InferenceConfig) -> InferenceClient:

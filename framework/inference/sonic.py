@@ -24,7 +24,10 @@ What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
    (bad shape) fails at once. Each server has a circuit breaker (``breaker.py``): when a few
    consecutive requests pass their deadline or find it unreachable, it leaves the rotation and every
    request still waiting on it fails over at once (its gRPC call is left to finish or expire; its
-   answer is ignored), so a hung server costs a job about one ``timeout_s``, not one per request;
+   answer is ignored), so a hung server costs a job about one ``timeout_s``, not one per request. A
+   connection its HTTP/2 keepalive finds silent (a network partition: ``keepalive.py``) fails its calls
+   with UNAVAILABLE within seconds and takes its server out at once; with no other server and no
+   fallback, requests wait for it to answer again (``timeout_s`` at most) instead of failing;
 5. the answers are reassembled in request order into one ``{output: array}``.
 
 Server-side queue and compute times per model (Triton's statistics API) are part of
@@ -50,12 +53,16 @@ from .client import (Counters, InferenceClient, InputArray, assemble, check_inpu
                      split_requests)
 from .breaker import BreakerSettings
 from .connection import ServerConnection, ServerSpec, fixed_size
+from .keepalive import Keepalive
 from .repository import ModelInfo, ModelRepository
-from .server_statistics import compute_ns
+from .server_statistics import compute_ns, not_one_server
 from .servers import ServerPool
 from .triton_errors import NoServerError, RequestError
 
 log = logging.getLogger(__name__)
+
+#: how often requests that wait for a silent server to return look again (each look lets the pool probe it)
+WAIT_POLL_S = 0.5
 
 
 @dataclass(eq=False)  # kept in sets by identity (requests waiting on a server)
@@ -74,6 +81,7 @@ class _Attempt:
     sent: int = 0  # which send the pending callback belongs to: an abandoned send's answer is ignored
     finish: Callable[[dict[str, np.ndarray]], Any] | None = None  # turns the answer into the call's result
     nbytes: int = -1  # tensor bytes of the inputs, counted at the first send
+    waiting_since: float | None = None  # when it began waiting for a silent server to return (``_wait``)
 
 
 class SonicClient(InferenceClient):
@@ -95,6 +103,8 @@ class SonicClient(InferenceClient):
         self._lock = threading.Lock()
         self._waiting: dict[str, set[_Attempt]] = {}  # server address → requests sent there, unanswered
         self.deadlines: Counter[str] = Counter()  # server address → requests that passed their deadline there
+        self._parked: list[_Attempt] = []  # requests waiting for a silent server to return (``_wait``)
+        self._unpark: threading.Timer | None = None
 
     @classmethod
     def from_config(cls, config: Any, repository: ModelRepository | None) -> SonicClient:
@@ -109,7 +119,8 @@ class SonicClient(InferenceClient):
                           fallback_options=dict(config.fallback_server or {}),
                           connection_options={"timeout_s": config.timeout_s, "compression": config.compression,
                                               "model_versions": config.model_versions,
-                                              "transport": config.transport},
+                                              "transport": config.transport,
+                                              "keepalive": Keepalive(config.keepalive_s, config.keepalive_timeout_s)},
                           shared_memory=config.shared_memory,
                           breaker=breaker)
         return cls(pool, allowed_tries=config.allowed_tries)
@@ -145,6 +156,8 @@ class SonicClient(InferenceClient):
                 attempt.connection = self.pool.choose(attempt.info.name, frozenset(attempt.failed))
                 attempt.tries = 0
         except NoServerError as err:
+            if self._wait(attempt):
+                return attempt.result
             self.counters.add(attempt.info.name, failures=1)
             if attempt.last_error is not None:  # what went wrong matters more than that nobody else could help
                 final = attempt.last_error
@@ -251,6 +264,34 @@ class SonicClient(InferenceClient):
         except RuntimeError:  # closed while requests were still failing
             attempt.result.set_exception(err)
 
+    def _wait(self, attempt: _Attempt) -> bool:
+        """Whether a request with nowhere to go waits (True) for servers that left the rotation because their
+        connection went silent (keepalive). Before keepalive it waited on the silent connection itself, and a
+        partition that healed within ``timeout_s`` lost nothing; it still does, now waiting here: it is sent
+        again every ``WAIT_POLL_S`` until one of them is back, for ``timeout_s`` at most."""
+        silent = self.pool.returning(attempt.info.name)
+        now = time.monotonic()
+        if not silent or now - (attempt.waiting_since or now) > self.pool.connection_options.get("timeout_s", 60.0):
+            return False
+        if attempt.waiting_since is None:
+            attempt.waiting_since = now
+            log.info("a request for %s waits for %s to answer again (its connection went silent)", attempt.info.name,
+                     ", ".join(sorted(silent)))
+        attempt.failed -= silent  # they may serve it once back
+        with self._lock:
+            self._parked.append(attempt)
+            if self._unpark is None:
+                self._unpark = threading.Timer(WAIT_POLL_S, self._resend_waiting)
+                self._unpark.daemon = True
+                self._unpark.start()
+        return True
+
+    def _resend_waiting(self) -> None:
+        with self._lock:
+            parked, self._parked, self._unpark = self._parked, [], None
+        for attempt in parked:  # each goes through the pool again: sent, waits again, or fails (past timeout_s)
+            self._resend(attempt, attempt.last_error or NoServerError(f"no server for {attempt.info.name!r}"))
+
     def _abandon(self, connection: ServerConnection) -> None:
         """The server just left the rotation: the requests still waiting on it fail over now instead of
         each waiting for its own deadline (their gRPC calls are not cancelled: the answer is ignored)."""
@@ -271,25 +312,33 @@ class SonicClient(InferenceClient):
     # -- reports and life cycle ------------------------------------------------------------------------
     def statistics(self) -> dict[str, Any]:
         servers = self.pool.statistics()
+        counters = self.counters.as_dict()
+        # an address whose counts cannot be one server's (a proxy in front of several) is marked, never presented
+        # as the server's totals (server_statistics.not_one_server)
+        partial = not_one_server(servers, counters, self.pool.statistics_doubts())
         lines = []
         if servers:
             lines += ["server-side (Triton statistics, this job):",
                       f"{'server':<26} {'model':<20} {'requests':>9} {'executions':>10} {'avg batch':>9} "
                       f"{'queue ms/req':>12} {'compute ms/exec':>15}"]
             for address, models in servers.items():
+                label = address + (" *" if address.removesuffix(" (fallback)") in partial else "")
                 for model, s in models.items():
                     executions = s["executions"] or 1
                     compute = compute_ns(s) / executions / 1e6
-                    lines.append(f"{address:<26} {model:<20} {int(s['requests']):9d} {int(s['executions']):10d} "
+                    lines.append(f"{label:<26} {model:<20} {int(s['requests']):9d} {int(s['executions']):10d} "
                                  f"{s['inferences'] / executions:9.1f} {s['queue_ns'] / max(1, s['requests']) / 1e6:12.3f} "
                                  f"{compute:15.3f}")
+            lines += [f"* {address}: not one server's totals ({why}): the address reaches several servers (a proxy or "
+                      f"load balancer answers each statistics call from one of them), or its server restarted"
+                      for address, why in partial.items()]
         with self._lock:
             deadlines = dict(self.deadlines)
         transports = self.pool.transports()
         if transports:
             lines.append("transport: " + ", ".join(f"{address} {kind}" for address, kind in transports.items()))
-        return {"mode": self.mode, "models": self.counters.as_dict(), "servers": servers, "extra_lines": lines,
-                "transports": transports,
+        return {"mode": self.mode, "models": counters, "servers": servers, "extra_lines": lines,
+                "partial_statistics": partial, "transports": transports,
                 "deadlines": deadlines, "out_of_rotation": self.pool.breaker_openings(),
                 "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None}
 
@@ -309,6 +358,13 @@ class SonicClient(InferenceClient):
         return out
 
     def close(self) -> None:
+        with self._lock:
+            timer, parked, self._parked = self._unpark, self._parked, []
+        if timer is not None:
+            timer.cancel()
+        for attempt in parked:
+            attempt.result.set_exception(attempt.last_error or NoServerError(
+                f"the client closed while a request for {attempt.info.name!r} waited for a server"))
         self._recovery.shutdown(wait=True, cancel_futures=True)
         self.pool.close()
 

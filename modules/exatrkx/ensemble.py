@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...framework import InputTag, Output, Param
-from ...framework.errors import ConfigError, InferenceError
+from ...framework import ConfigError, InferenceError, InputTag, Output, Param
 from ...framework.inference import InferenceProducer
 
 

@@ -19,8 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ...framework import InputTag, Output, Param, Producer
-from ...framework.inference import InferenceProducer
-from ...framework.inference.producer import UsesModel
+from ...framework.inference import InferenceProducer, UsesModel
 from . import working_point
 from .edge_selection import select_edges
 from .features import FEATURES, HIT_FIELDS, hit_features

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from ...framework import InferenceError
 
-from ...framework.errors import InferenceError
 
 #: parameters each stage's repository entry must declare, with their types
 DECLARED: dict[str, dict[str, type]] = {

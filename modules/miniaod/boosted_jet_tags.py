@@ -24,9 +24,7 @@ from concurrent.futures import Future
 import awkward as ak
 import numpy as np
 
-from ...framework import InputTag, Output, Param
-from ...framework.errors import ConfigError
-from ...framework.futures import gather, then
+from ...framework import ConfigError, InputTag, Output, Param, gather, then
 from ...framework.inference import InferenceProducer
 from .columns import Flat, flat_columns, model_labels
 from .discriminators import make_discriminators

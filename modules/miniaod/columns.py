@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import awkward as ak
 import numpy as np
 
-from ...framework.inference.repository import ModelInfo
 from ..common.jagged import event_of_rows
+from ...framework.inference import ModelInfo
 
 
 def columns(records: ak.Array | None, names: Iterable[str]) -> dict[str, np.ndarray]:

@@ -19,9 +19,7 @@ from concurrent.futures import Future
 import awkward as ak
 import numpy as np
 
-from ...framework import InputTag, Output, Param
-from ...framework.batch import EventBatch
-from ...framework.errors import ConfigError
+from ...framework import ConfigError, EventBatch, InputTag, Output, Param
 from ...framework.inference import InferenceProducer
 from .columns import flat_columns
 from .deeptau_inputs import ELECTRON_FIELDS, MUON_FIELDS, PF_FIELDS, TAU_FIELDS, batch_deeptau_inputs

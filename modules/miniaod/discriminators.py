@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from ...framework import ConfigError
 
-from ...framework.errors import ConfigError
 
 #: CMS's value for a jet whose discriminator is undefined
 UNDEFINED = -10.0

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ...framework import project_path
 from .preprocess import Preprocess, build_inputs, load_preprocess
 from .tag_info import TagInfo, TagInfoSettings
 
-MODELS = Path(__file__).resolve().parents[2] / "data" / "models" / "miniaod"
+MODELS = project_path("data/models/miniaod").resolve()
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from ...framework import ConfigError, project_path
 
-from ...framework.errors import ConfigError
-from ...framework.inference.service import PROJECT_ROOT
 
 #: CMSSW's ``catch_infs`` limit: values beyond it count as infinite
 INF_LIMIT = 1e32
@@ -229,8 +228,7 @@ def find_preprocess(explicit: str, model_dirs: list[Path], model: str) -> Path:
         unset = re.search(r"\$\{?(\w+)", expanded)
         if unset:
             raise ConfigError(f"{explicit!r} needs the environment variable {unset.group(1)}", key="preprocess_json")
-        path = Path(expanded)
-        return path if path.is_absolute() or path.exists() else PROJECT_ROOT / path
+        return project_path(expanded)
     for folder in model_dirs:
         if (folder / "preprocess.json").exists():
             return folder / "preprocess.json"

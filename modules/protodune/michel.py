@@ -25,8 +25,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.spatial import cKDTree
 
-from ...framework import InputTag, Output, Param, Producer
-from ...framework.errors import ParamError
+from ...framework import InputTag, Output, Param, ParamError, Producer
 from .hit_patches import columns
 
 #: the combination's inputs, in the order of ``weights[1:]``

@@ -12,7 +12,7 @@ import uproot
 
 import sonic_hep.modules.common.collections  # noqa: F401 - registers the module types
 import sonic_hep.modules.common.histograms  # noqa: F401
-import sonic_hep.modules.common.testing  # noqa: F401
+import sonic_hep.modules.common.synthetic  # noqa: F401
 from sonic_hep.framework import ConfigError, ModuleError, Result, events, run
 from sonic_hep.workflows.compare import compare_files
 

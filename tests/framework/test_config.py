@@ -171,6 +171,10 @@ def test_unreadable_config(tmp_path, monkeypatch):
     ("breaker_threshold", 0, "must be at least 1"),
     ("breaker_backoff_s", -1, "must be a positive number of seconds"),
     ("breaker_max_backoff_s", ".inf", "must be a positive number of seconds, got inf"),
+    ("keepalive_s", 0.5, "must be at least 1.0, got 0.5 (servers refuse more frequent pings)"),
+    ("keepalive_s", ".nan", "must be a positive number of seconds, got nan"),
+    ("keepalive_timeout_s", 0, "must be a positive number of seconds"),
+    ("keepalive_timeout_s", 3600, "must be at most 600, got 3600"),
 ])
 def test_inference_settings_out_of_range(key, value, message):
     import yaml

@@ -10,7 +10,7 @@ import numpy as np
 import uproot
 
 import sonic_hep.modules.common.collections  # noqa: F401 - registers the module types
-import sonic_hep.modules.common.testing  # noqa: F401
+import sonic_hep.modules.common.synthetic  # noqa: F401
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.timing import LEGEND, peak_rss_mb

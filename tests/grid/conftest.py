@@ -9,7 +9,7 @@ import pytest
 
 import sonic_hep.modules.common.collections  # noqa: F401 - registers the module types used in-process
 import sonic_hep.modules.common.histograms  # noqa: F401
-import sonic_hep.modules.common.testing  # noqa: F401
+import sonic_hep.modules.common.synthetic  # noqa: F401
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
 from tests.grid.samples import write_nano

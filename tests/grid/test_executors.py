@@ -40,3 +40,27 @@ def test_slurm_arrays_and_scripts(task):
     assert "#SBATCH --array=0-1,3%5" in script and "#SBATCH --gres=gpu:1" in script
     assert "#SBATCH --time=01:00:00" in script and "#SBATCH --cpus-per-task=1" in script
     assert script.rstrip().endswith(f'{task.directory} "$SLURM_ARRAY_TASK_ID" --offset 1000')
+
+
+def test_the_places_to_run_are_the_tasks_whichever_driver_takes_them(task):
+    from sonic_hep.workflows.grid.executors.driver import Slots
+
+    first, second = Slots(task, 2), Slots(task, 2)  # two drivers: a submission and a resubmission
+    assert [first.take(), first.take(), first.take()] == [0, 1, None]
+    assert second.take() is None  # both places held by the first driver's jobs
+    first.give(1)
+    assert second.take() == 1 and first.take() is None
+    wider = Slots(task, 3)  # a resubmission with --max-running 3: one place more, not three
+    assert [wider.take(), wider.take()] == [2, None]
+
+
+def test_places_that_cannot_be_shared_still_cap_the_driver(task, capsys):
+    from sonic_hep.workflows.grid.executors.driver import Slots
+
+    (task.directory / "logs").mkdir(exist_ok=True)
+    (task.directory / "logs" / "slots").write_text("a file where the lock folder goes")
+    slots = Slots(task, 2)
+    assert [slots.take(), slots.take(), slots.take()] == [0, 1, None]
+    slots.give(0)
+    assert slots.take() == 0
+    assert "--max-running counts only this submission's jobs" in capsys.readouterr().out

@@ -10,6 +10,7 @@ when a server job is cancelled; whether they were is checked from their records,
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from pathlib import Path
@@ -78,6 +79,82 @@ def test_no_shrinking_while_the_queue_is_above_the_threshold():
     assert scaler.decide(50, Sample(20.0, {"0000": 5, "0001": 0})).action == "hold"
 
 
+def test_replacements_that_keep_failing_back_off_exponentially_capped_and_reset_when_one_joins():
+    scaler = Autoscaler(Rule(min_servers=1, max_servers=1, backoff_s=10, backoff_max_s=35))
+    assert scaler.decide(0, Sample(None, {"0000": 0})).action == "hold"
+    first = scaler.decide(5, Sample(None, {}, failed=1, last_failure="server job 0: cancelled"))
+    assert first.action == "up"  # one failure (a cancelled server): replaced at once
+    assert scaler.decide(6, Sample(None, {}, starting=1, failed=1)).action == "hold"
+    t, waits = 10.0, []
+    for failed in (2, 3, 4, 5):  # each replacement fails before it registers
+        why = "server job 1: cannot write its entry in /fleet for 60 s"
+        held = scaler.decide(t, Sample(None, {}, failed=failed, last_failure=why))
+        assert held.action == "backoff" and held.retry_in_s > 0
+        assert f"{failed} server jobs failed in a row (last: {why})" in held.reason and "< min 1" in held.reason
+        again = scaler.decide(t + held.retry_in_s - 0.5, Sample(None, {}, failed=failed))
+        assert again.action == "hold" and "backoff" in again.reason  # said once, held until the time comes
+        assert scaler.decide(t + held.retry_in_s, Sample(None, {}, failed=failed)).action == "up"
+        waits.append(held.retry_in_s)
+        t += held.retry_in_s + 1
+    assert waits == [10, 20, 35, 35]  # doubling, capped
+    assert scaler.decide(t, Sample(None, {"0006": 0}, failed=5)).action == "hold"  # one registered: success
+    assert scaler.decide(t + 1, Sample(None, {}, failed=6)).action == "up"  # a failure after it: replaced at once
+
+
+def test_adding_under_load_backs_off_too():
+    scaler = Autoscaler(Rule(min_servers=1, max_servers=3, threshold_ms=1, window_s=0, backoff_s=10))
+    busy = {"0000": 9}
+    scaler.decide(0, Sample(50.0, busy))
+    assert scaler.decide(1, Sample(50.0, busy, failed=1)).action == "up"
+    held = scaler.decide(2, Sample(50.0, busy, failed=2))
+    assert held.action == "backoff" and "queue 50.000 ms/request > 1" in held.reason and held.retry_in_s == 10
+    assert scaler.decide(12, Sample(50.0, busy, failed=2)).action == "up"
+
+
+def test_failures_before_the_manager_started_do_not_hold_it_back():
+    scaler = Autoscaler(Rule(min_servers=2, max_servers=2))
+    assert scaler.decide(0, Sample(None, {"0007": 0}, failed=7)).action == "up"
+
+
+def test_bad_backoff_is_one_line():
+    with pytest.raises(GridError, match=r"0 <= backoff_s \(30\) <= backoff_max_s \(10\)"):
+        Rule(backoff_s=30, backoff_max_s=10)
+
+
+def test_a_server_that_cannot_write_its_entry_keeps_serving_and_leaves_only_after_the_grace(tmp_path, caplog):
+    from sonic_hep.framework.inference.fleet_directory import Entry, live_entries, register
+    from sonic_hep.workflows.grid.fleet_member import Heartbeat
+
+    now, broken = [0.0], [False]
+
+    def write(directory, entry):  # the one function that writes heartbeats, failing on demand
+        if broken[0]:
+            raise PermissionError(13, "Permission denied", str(directory / "servers"))
+        return register(directory, entry)
+
+    beat = Heartbeat(tmp_path, Entry(name="0000", address="127.0.0.1:1"), grace_s=60.0, clock=lambda: now[0],
+                     write=write)
+    with caplog.at_level(logging.INFO, logger="sonic_hep.workflows.grid.fleet_member"):
+        assert beat.beat() == "" and [e.name for e in live_entries(tmp_path)] == ["0000"]
+        broken[0] = True
+        for now[0] in (5.0, 10.0, 64.9):  # every heartbeat retries; under the grace it stays
+            assert beat.beat() == ""
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and f"cannot write its entry in {tmp_path}: [Errno 13] Permission denied" in \
+            warnings[0] and "keeps serving" in warnings[0]
+        broken[0], now[0] = False, 70.0  # the directory is back: advertised again, the grace starts anew
+        assert beat.beat() == "" and "advertised again" in caplog.records[-1].getMessage()
+        assert live_entries(tmp_path)[0].heartbeat > 0
+        broken[0] = True
+        now[0] = 80.0
+        assert beat.beat() == ""
+        now[0] = 139.9
+        assert beat.beat() == ""
+        now[0] = 140.0
+        why = beat.beat()
+    assert why.startswith(f"cannot write its entry in {tmp_path} for 60 s (limit 60 s): [Errno 13]"), why
+
+
 def test_the_metric_is_the_fleets_queue_time_per_request_over_the_interval(monkeypatch):
     from sonic_hep.framework.inference.fleet_directory import Entry
     from sonic_hep.framework.inference.triton_errors import RequestError
@@ -103,12 +180,14 @@ def test_the_metric_is_the_fleets_queue_time_per_request_over_the_interval(monke
     class FakeFleet:
         def members(self):
             return [Member(0, "running", entry=Entry("0000", "a:1")), Member(1, "running", entry=Entry("0001", "b:2")),
-                    Member(2, "pending"), Member(3, "running", entry=Entry("0003", "c:3"), stopping=True)]
+                    Member(2, "pending"), Member(3, "running", entry=Entry("0003", "c:3"), stopping=True),
+                    Member(4, "failed", "terminated by SIGTERM\nmore"), Member(5, "failed", "no Triton server")]
 
     monkeypatch.setattr(fleet_manager, "ServerConnection", Connection)
     sampler = fleet_manager.Sampler()
     first = sampler.sample(FakeFleet())  # the baseline: nothing answered *in the interval* yet
     assert (first.queue_ms, first.requests, first.starting) == (None, {"0000": 0, "0001": 0}, 1)
+    assert (first.failed, first.last_failure) == (2, "server job 5: no Triton server")  # the backoff's witnesses
     counters["a:1"] = [10, 50_000_000]  # 10 requests waited 50 ms in all
     counters["b:2"] = [130, 37_000_000]  # 30 more waited 30 ms
     second = sampler.sample(FakeFleet())
@@ -373,21 +452,54 @@ def test_fleet_on_local_and_dask_serves_jobs_through_a_cancelled_server(tmp_path
 
 
 @pytest.mark.triton
-@pytest.mark.timeout(120)
-def test_a_server_job_that_cannot_register_stops_its_server_and_says_why(tmp_path):
+@pytest.mark.timeout(180)
+def test_a_server_job_rides_out_an_unwritable_fleet_directory_and_leaves_cleanly_when_it_lasts(tmp_path):
+    """``servers/`` replaced by a file makes the directory refuse entries whoever runs the test (root ignores
+    permissions and a container may refuse ``chattr``): the server keeps serving, is advertised again when the
+    directory comes back, and leaves cleanly (entry, drain, server stopped, ``failed`` with why) after 3 TTLs."""
     import subprocess
     import sys
 
+    from sonic_hep.framework.inference.connection import ServerConnection
+    from sonic_hep.framework.inference.fleet_directory import live_entries
     from sonic_hep.workflows.grid.fleet import FleetSpec
 
-    fleet = Fleet.create(tmp_path / "fleet", FleetSpec([str(DEMO)], models=["demo_mlp"], host="127.0.0.1"), 1)
-    servers = fleet.directory / "servers"
-    servers.rmdir()
-    servers.write_text("not a folder")  # a shared filesystem refusing the entry (root ignores permissions)
-    job = subprocess.run([sys.executable, "-m", "sonic_hep.workflows.grid.job", str(fleet.directory), "0"],
-                         capture_output=True, text=True, timeout=100)
-    report = json.loads(fleet.task.files(0).report.read_text())  # run by hand: no submission record
-    assert job.returncode == 1 and report["state"] == "failed", (job.returncode, report)
-    assert report["reason"].startswith(f"cannot write its entry in {fleet.directory}"), report["reason"]
-    pids = server_pids(fleet.directory)
-    assert len(pids) == 1 and gone(pids[0])  # its server was stopped, not left running
+    fleet = Fleet.create(tmp_path / "fleet", FleetSpec([str(DEMO)], models=["demo_mlp"], host="127.0.0.1",
+                                                       heartbeat_s=0.5, ttl_s=4.0, drain_s=0.5), 1)
+    servers, away, log = fleet.directory / "servers", fleet.directory / "servers.away", fleet.task.files(0).log
+
+    def unwritable() -> None:
+        servers.rename(away)
+        servers.write_text("not a folder")
+
+    job = subprocess.Popen([sys.executable, "-m", "sonic_hep.workflows.grid.job", str(fleet.directory), "0"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # run by hand: no submission
+    try:
+        entry = wait_for(lambda: live_entries(fleet.directory), 90, "the server to register")[0]
+        pid = server_pids(fleet.directory)[0]
+        unwritable()
+        warned = f"cannot write its entry in {fleet.directory}: "
+        wait_for(lambda: warned in log.read_text() and "keeps serving" in log.read_text(), 30, "the warning")
+        connection = ServerConnection(entry.spec())
+        try:
+            assert connection.probe() == {"demo_mlp": "1"}  # still serving those who know it
+        finally:
+            connection.close(grace_s=0.0)
+        assert job.poll() is None and json.loads(fleet.task.files(0).report.read_text())["state"] == "running"
+
+        last = json.loads((away / "0000.json").read_text())["heartbeat"]  # the last write that got through
+        servers.unlink()
+        away.rename(servers)
+        wait_for(lambda: any(e.heartbeat > last for e in live_entries(fleet.directory)), 30, "a new heartbeat")
+        assert "the server is advertised again" in log.read_text() and not gone(pid)
+
+        unwritable()  # now for longer than the grace: it leaves
+        code = job.wait(120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    report = json.loads(fleet.task.files(0).report.read_text())
+    assert code == 1 and report["state"] == "failed", (code, report)
+    assert report["reason"].startswith(f"cannot write its entry in {fleet.directory} for "), report["reason"]
+    assert "(limit 12 s)" in report["reason"] and "draining" in log.read_text()
+    wait_for(lambda: gone(pid), 30, "its Triton server to stop")  # stopped, not left running

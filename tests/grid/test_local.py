@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import uproot
@@ -81,6 +82,33 @@ def test_killed_job_is_detected_resubmitted_and_merge_waits_for_it(tmp_path, inp
     merge(task, tmp_path / "merged.root")
     fast = analysis_config(tmp_path / "fast.yaml")  # the same event tree, without burning CPU
     assert_same_events(tmp_path / "merged.root", single_run(fast, inputs, tmp_path / "single.root"))
+
+
+def test_a_resubmission_while_jobs_still_run_keeps_to_the_tasks_max_running(tmp_path, inputs):
+    """Each submission has its own driver; the cap is the task's, so the second waits for a place."""
+    gate = tmp_path / "release"
+    config = analysis_config(tmp_path / "held.yaml", gate=gate)
+    task = submit(SubmitRequest(config=str(config), output_dir=str(tmp_path / "task"),
+                                inputs=[str(p) for p in inputs], max_running=2)).task
+
+    def running() -> list[int]:
+        return [i for i in task.indices if task.report(i) is not None and task.report(i).state == "running"]
+
+    try:
+        wait_for(lambda: running() == [0, 1], what="jobs 0 and 1 to run (2 is held by the cap)")
+        os.killpg(task.report(0).pid, signal.SIGKILL)
+        wait_for(lambda: running() == [1, 2], what="job 2 to take job 0's place")
+        assert resubmit(task).submitted == [0]  # while 1 and 2 still run, held by the gate
+        second = next(r for r in task.directory.glob("logs/driver-*.json") if json.loads(r.read_text())["jobs"] == [0])
+        waiting = Path(json.loads(second.read_text())["log"])
+        wait_for(lambda: 0 in running() or "waiting for a place to run" in waiting.read_text(),
+                 what="the second driver to start job 0 or to wait")
+        assert running() == [1, 2]  # job 0 waits for a place instead of running as a third
+    finally:
+        gate.touch()  # no job is left held, whatever happened
+    statuses = wait(task, interval=0.3, timeout=120)
+    assert [s.state for s in statuses] == ["done"] * 3 and statuses[0].attempt == 2
+    assert max_concurrent(task.directory) <= 2  # the final attempts' start and end times
 
 
 def test_unreadable_input_is_reported_for_its_job_and_retries_are_limited(tmp_path, inputs, sonic_cli):

@@ -66,3 +66,38 @@ def test_cancelled_and_killed_jobs_are_detected_and_resubmitted(tmp_path, inputs
     merge(task, tmp_path / "merged.root")
     fast = analysis_config(tmp_path / "fast.yaml")  # the same event tree, without burning CPU
     assert_same_events(tmp_path / "merged.root", single_run(fast, inputs, tmp_path / "single.root"))
+
+
+def test_a_resubmission_while_an_earlier_array_runs_keeps_to_max_running(tmp_path, inputs, slurm, monkeypatch):
+    """Each submission is its own array with its own ``%N``; the new one waits for the earlier one."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    # the node has 2 cores: only with oversubscription could a third job run beside two, as on a real cluster
+    assert slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=FORCE:4").returncode == 0
+    gate = tmp_path / "release"
+    config = analysis_config(tmp_path / "held.yaml", gate=gate)
+    task = submit(SubmitRequest(config=str(config), output_dir=str(tmp_path / "task"), executor="slurm",
+                                inputs=[str(p) for p in inputs], max_running=2)).task
+
+    def running() -> list[int]:
+        return [i for i in task.indices if task.report(i) is not None and task.report(i).state == "running"]
+
+    def held_by_dependency() -> bool:
+        shown = slurm.run("squeue", "--noheader", "--format=%r", f"--jobs={task.submission(0).batch_id}")
+        return "Dependency" in shown.stdout
+
+    try:
+        wait_for(lambda: running() == [0, 1], timeout=60, what="jobs 0 and 1 to run (2 is held by %2)")
+        slurm.run("scancel", task.submission(0).batch_id)
+        wait_for(lambda: running() == [1, 2], timeout=60, what="job 2 to take job 0's place")
+        first_array = task.submission(1).batch_id.split("_")[0]
+        assert resubmit(task).submitted == [0]  # while 1 and 2 still run, held by the gate
+        script = sorted((task.directory / "logs").glob("slurm-submit-*.sh"), key=lambda p: p.stat().st_mtime)[-1]
+        assert f"#SBATCH --dependency=afterany:{first_array}" in script.read_text()
+        wait_for(lambda: 0 in running() or held_by_dependency(), timeout=60, what="job 0 to run or to wait")
+        assert running() == [1, 2]  # job 0 waits for the earlier array instead of running as a third
+    finally:
+        gate.touch()  # no job is left held, whatever happened
+        slurm.run("scontrol", "update", "PartitionName=test", "OverSubscribe=NO")
+    statuses = wait(task, interval=0.3, timeout=120)
+    assert [s.state for s in statuses] == ["done"] * 3 and statuses[0].attempt == 2, [s.reason for s in statuses]
+    assert max_concurrent(task.directory) <= 2  # the final attempts' start and end times

@@ -19,7 +19,7 @@ from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference import auto_mode
 from sonic_hep.framework.inference.connection import ServerSpec
 from sonic_hep.framework.inference.fleet_directory import (Entry, deregister, discover, entry_path, live_entries,
-                                                           read_entries, register, servers_dir)
+                                                           read_entries, register, scan, servers_dir)
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.servers import ServerPool
 from tests.inference.conftest import sonic_client
@@ -92,10 +92,61 @@ def test_concurrent_writers_never_show_a_reader_a_partial_entry(tmp_path):
     assert {e.address for e in read_entries(tmp_path)} == {"h:29"}
 
 
-def test_a_partial_file_is_skipped_not_fatal(tmp_path):
+MISSING = "<left out>"
+
+
+def _written(fleet, name: str, **changes) -> None:
+    """A good entry ``name`` rewritten with ``changes`` (a field set to ``MISSING`` is left out)."""
+    path = register(fleet, Entry(name=name, address="127.0.0.1:2", ttl_s=600.0))
+    data = {**json.loads(path.read_text()), **changes}
+    path.write_text(json.dumps({k: v for k, v in data.items() if v != MISSING}))
+
+
+@pytest.mark.parametrize("changes, field, problem", [
+    ({"heartbeat": "soon"}, "heartbeat", "must be a number"),
+    ({"ttl_s": None}, "ttl_s", "must be a number, not null"),
+    ({"heartbeat": MISSING}, "heartbeat", "is missing"),
+    ({"address": 12345}, "address", "must be a string HOST:PORT"),
+    ({"address": "gpu17"}, "address", "must be HOST:PORT"),
+    ({"address": "gpu17:99999"}, "address", "port 1-65535"),
+    ({"pid": True}, "pid", "must be an integer"),
+    ({"ssl": "yes"}, "ssl", "must be true or false"),
+    ({"models": ["demo_mlp"]}, "models", "must be an object"),
+    ({"models": {"demo_mlp": 1}}, "models", "version strings"),
+    ({"heartbeat": float("inf")}, "heartbeat", "must be a finite number"),
+    ({"ttl_s": 0}, "ttl_s", "must be positive"),
+])
+def test_an_entry_of_the_wrong_shape_is_skipped_naming_the_file_and_field(tmp_path, caplog, changes, field, problem):
+    register(tmp_path, Entry(name="0000", address="127.0.0.1:1", ttl_s=600.0))
+    _written(tmp_path, "0001", **changes)
+    bad_file = entry_path(tmp_path, "0001")
+    with caplog.at_level(logging.WARNING, logger="sonic_hep.framework.inference.fleet_directory"):
+        assert discover(tmp_path)() == [ServerSpec("127.0.0.1:1")]  # the good entry beside it is used
+        assert [e.name for e in live_entries(tmp_path)] == ["0000"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # once per file and problem: clients re-read every few seconds
+    assert str(bad_file) in warnings[0] and f"field {field!r}" in warnings[0] and problem in warnings[0]
+    entries, bad = scan(tmp_path)
+    assert [e.name for e in entries] == ["0000"]
+    assert [(b.path, f"field {field!r}" in b.problem) for b in bad] == [(bad_file, True)]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"name": "0009", "addr', "not JSON"),  # a foreign, truncated file
+    ("[1, 2]", "not a JSON object: [1, 2]"),
+    ('"0009"', "not a JSON object"),
+    ('{"name": "0009", "address": "h:1", "host": "h", "pid": 7, "heartbeat": 1.0}', "field 'ttl_s' is missing"),
+])
+def test_a_file_that_is_not_an_entry_object_is_skipped(tmp_path, text, problem):
     register(tmp_path, Entry(name="0000", address="a:1"))
-    entry_path(tmp_path, "0009").write_text('{"name": "0009", "addr')  # a foreign, truncated file
+    entry_path(tmp_path, "0009").write_text(text)
     assert [e.name for e in read_entries(tmp_path)] == ["0000"]
+    assert [b.problem.startswith(problem) for b in scan(tmp_path)[1]] == [True]
+
+
+def test_fields_a_newer_writer_adds_are_ignored(tmp_path):
+    _written(tmp_path, "0000", gpu_model="H100")
+    assert [e.name for e in live_entries(tmp_path)] == ["0000"] and scan(tmp_path)[1] == []
 
 
 # -- ServerPool.follow on real servers -------------------------------------------------------------------
@@ -140,6 +191,26 @@ def test_pool_takes_in_joining_servers_and_retires_leaving_ones(demo_server, tmp
             assert "server discovery failed" in caplog.text
         finally:
             client.close()
+
+
+@pytest.mark.triton
+def test_a_job_runs_on_the_good_entries_beside_bad_ones_and_status_lists_the_bad(demo_server, tmp_path, sonic_cli):
+    from sonic_hep.workflows.grid.fleet import Fleet, FleetSpec
+
+    fleet = Fleet.create(tmp_path / "fleet", FleetSpec([str(DEMO_REPOSITORY)]), 0)
+    register(fleet.directory, Entry(name="0000", address=demo_server.grpc_url, ttl_s=600.0))
+    _written(fleet.directory, "0001", heartbeat="soon")
+    _written(fleet.directory, "0002", address=12345)
+    run = sonic_cli("run", "demo_inference", "-n", "5", "-o", tmp_path / "out.root", "--fleet", fleet.directory,
+                    "-p", "services.inference.fallback=false", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    for name, field in (("0001", "heartbeat"), ("0002", "address")):
+        assert f"fleet entry {entry_path(fleet.directory, name)} skipped: field {field!r}" in run.stderr
+    status = sonic_cli("fleet", "status", fleet.directory, check=True).stdout
+    assert "bad entry 0001.json, skipped by clients: field 'heartbeat' must be a number" in status
+    assert "bad entry 0002.json, skipped by clients: field 'address' must be a string HOST:PORT" in status
+    shown = json.loads(sonic_cli("fleet", "status", fleet.directory, "--json", check=True).stdout)
+    assert [b["file"] for b in shown["bad_entries"]] == [str(entry_path(fleet.directory, n)) for n in ("0001", "0002")]
 
 
 @pytest.mark.triton

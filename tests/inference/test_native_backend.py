@@ -405,7 +405,7 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path, monkeyp
     import argparse
 
     from sonic_hep.framework import config as cfgmod
-    from sonic_hep.workflows.cli.server import _backend, _cpus, _repositories
+    from sonic_hep.workflows.cli.server import _backend, _cpus, repositories_of
 
     loads = []
     load = cfgmod.load
@@ -421,7 +421,7 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path, monkeyp
     assert _cpus(argparse.Namespace(cpus=None, config=str(config))) == [0]  # the configuration's cores
     assert _cpus(argparse.Namespace(cpus="0-1", config=str(config))) == [0, 1]  # --cpus wins
     assert _cpus(argparse.Namespace(cpus=None, config=None)) is None
-    assert _repositories(argparse.Namespace(repository=None, config=str(config)))  # the same read, not another
+    assert repositories_of(argparse.Namespace(repository=None, config=str(config)))  # the same read, not another
     assert loads == [str(config)]
 
 
@@ -612,12 +612,13 @@ def test_cli_start_backend_and_status_column(tmp_path):
 
 @pytest.mark.triton
 def test_the_gpu_check_runs_without_a_gpu_and_refuses_to_pass_for_one(tmp_path):
-    """``workflows/bench/native_gpu.py`` (the check run on a GPU machine, results in
-    workflows/bench/results/native-cuda) run with ``--cpu-only``: both entries of each model served, every
-    answer compared and recorded; with ``--expect-cuda`` on a machine whose instances are not on CUDA it fails."""
-    command = [sys.executable, "-m", "sonic_hep.workflows.bench.native_gpu", str(tmp_path / "out"),
-               "--models", "demo_mlp,miniaod_particlenet_ak4", "--requests", "3", "--cpu-only"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    """``sonic bench native-gpu`` (the check run on a GPU machine) run with ``--cpu-only``: both entries of each
+    model served, every answer compared and recorded; with ``--expect-cuda`` on a machine whose instances are not on CUDA it fails."""
+    def command(out: str) -> list[str]:
+        return [sys.executable, "-m", "sonic_hep.workflows.cli", "bench", "native-gpu", "--out", out,
+                "--models", "demo_mlp,miniaod_particlenet_ak4", "--requests", "3", "--cpu-only"]
+
+    done = subprocess.run(command(str(tmp_path / "out")), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert set(results["models"]) == {"demo_mlp", "miniaod_particlenet_ak4"}
@@ -625,7 +626,7 @@ def test_the_gpu_check_runs_without_a_gpu_and_refuses_to_pass_for_one(tmp_path):
         assert entry["requests"] == 3
         for key in ("native_gpu_vs_cpu", "native_cpu_vs_cpu"):
             assert entry[key] and all(worst[0] <= 1e-5 for worst in entry[key].values())
-    refused = subprocess.run(command[:3] + [str(tmp_path / "again")] + command[4:] + ["--expect-cuda"],
+    refused = subprocess.run(command(str(tmp_path / "again")) + ["--expect-cuda"],
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "not every KIND_GPU instance runs on CUDA" in refused.stderr
 

@@ -17,7 +17,7 @@ from sonic_hep.framework.inference.connection import ServerConnection, ServerSpe
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.service import PROJECT_ROOT
+from sonic_hep.framework.paths import PROJECT_ROOT
 from sonic_hep.framework.inference.transport import native
 from sonic_hep.framework.inference.triton_errors import RequestError
 

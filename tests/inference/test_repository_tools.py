@@ -42,6 +42,29 @@ def test_a_cpu_server_runs_a_gpu_group_with_at_most_one_instance_per_core():
     assert runtime_repository.runtime_config(info, "gpu").instance_group[0].count == 16
 
 
+def test_instance_counts_beyond_what_a_machine_runs_are_refused_naming_the_model(tmp_path):
+    """An explicit CPU count is served as written up to 8 per core; 10,000 (Triton aborted after ~800) is refused
+    before the server starts, naming the model, the count, the bound and the file. GPU groups: 64 per GPU."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    shutil.copytree(DEMO_REPOSITORY / "demo_sum", tmp_path / "demo_sum")
+    info = ModelRepository([tmp_path]).get("demo_sum")
+    group = info.config.instance_group[0]
+    group.count = 16
+    assert runtime_repository.runtime_config(info, "cpu", cores=2).instance_group[0].count == 16  # as written
+    group.count = 10000
+    with pytest.raises(InferenceError) as refused:
+        runtime_repository.runtime_config(info, "cpu", cores=2)
+    assert str(refused.value) == ("model 'demo_sum': instance_group count 10000 (KIND_CPU) is more than this server "
+                                  "can run: at most 16 (8 per core × 2 cores it may use); lower it in "
+                                  f"{tmp_path / 'demo_sum' / 'config.pbtxt'}")
+    group.kind, group.count = mc.ModelInstanceGroup.KIND_GPU, 64
+    assert runtime_repository.runtime_config(info, "gpu").instance_group[0].count == 64
+    assert runtime_repository.runtime_config(info, "cpu", cores=2).instance_group[0].count == 2  # capped, not refused
+    group.count = 65
+    with pytest.raises(InferenceError, match=r"count 65 \(KIND_GPU\) .* at most 64 \(per GPU\)"):
+        runtime_repository.runtime_config(info, "gpu")
+
 
 def test_a_cpu_server_pinned_to_some_cores_runs_one_gpu_group_instance_per_pinned_core(tmp_path):
     """TritonServer(cpus=...) passes its own cores on: the cap is the server's, not the calling process's."""

@@ -100,7 +100,9 @@ def _process_exists(pid: int) -> bool:
 def test_a_model_that_cannot_load_fails_the_start_with_the_log(tmp_path):
     bad = tmp_path / "repo" / "broken"
     (bad / "1").mkdir(parents=True)
-    (bad / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    # an ONNX ModelProto (ir_version, empty graph) that passes the file checks made before a server starts and
+    # that onnxruntime refuses (no opset): the server tries to load it, and it is its only model
+    (bad / "1" / "model.onnx").write_bytes(b"\x08\x08\x3a\x00")
     (bad / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
                                       'input [{name: "x", data_type: TYPE_FP32, dims: [1]}]\n'
                                       'output [{name: "y", data_type: TYPE_FP32, dims: [1]}]\n')

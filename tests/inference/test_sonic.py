@@ -66,6 +66,7 @@ def test_only_numbers_go_through_shared_memory():
     """A region holds raw values; a string tensor needs gRPC's length-prefixed form, so it goes in the message
     (staged, it once failed the request)."""
     connection = ServerConnection(ServerSpec("127.0.0.1:1"), shared_memory="on", transport="grpcio")
+    connection.shm.proven = True  # as once a local server has opened our probe region (no server here)
     try:
         numbers = {"x": np.zeros((4, 16), np.float32), "n": np.ones(4, np.int64), "ok": np.ones(4, bool)}
         assert connection.stages(numbers)
@@ -150,8 +151,9 @@ def test_timeouts_are_retried_then_reported(other_server, other_repository):
 def test_a_server_with_another_model_version_is_refused(other_server, demo_repository):
     client = sonic_client([other_server.grpc_url], demo_repository)  # other_server's demo_mlp has other weights
     try:
-        with pytest.raises(InferenceError, match=rf"model 'demo_mlp' on server {other_server.grpc_url} is not the one "
-                                                 r"in the local repository .*1/model.onnx: local [0-9a-f]+ vs server"):
+        with pytest.raises(InferenceError, match=rf"model 'demo_mlp' on server {other_server.grpc_url} is not the local "
+                                                 r".*server digest md5:[0-9a-f]+, local md5:[0-9a-f]+ \(1/model.onnx: "
+                                                 r"server [0-9a-f]+, local [0-9a-f]+\)"):
             client.infer("demo_mlp", {"x": np.zeros((1, 16), np.float32)})
     finally:
         client.close()

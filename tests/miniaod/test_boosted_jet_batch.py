@@ -19,7 +19,7 @@ import pytest
 from sonic_hep.framework.config import SourceConfig
 from sonic_hep.framework.inference.repository import load_model
 from sonic_hep.framework.source import Request, RootSource
-from sonic_hep.modules.common.testing import run_module
+from sonic_hep.framework.testing import run_module
 from sonic_hep.modules.miniaod.boosted_jet_tags import BoostedJetTags
 from sonic_hep.modules.miniaod.columns import Flat, columns, flat_columns
 from sonic_hep.modules.miniaod.particlenet_inputs import AK4, AK8

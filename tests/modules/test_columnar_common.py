@@ -19,8 +19,8 @@ from sonic_hep.modules.common.collections import CollectionSum, MinCountFilter, 
 from sonic_hep.modules.common.dijet import DijetMass
 from sonic_hep.modules.common.histograms import Histogram1D
 from sonic_hep.modules.common.jagged import event_sums
-from sonic_hep.modules.common.testing import (ColumnarBusyProducer, ColumnarNullProducer, ColumnarSleepExternal,
-                                              run_module)
+from sonic_hep.framework.testing import run_module
+from sonic_hep.modules.common.synthetic import ColumnarBusyProducer, ColumnarNullProducer, ColumnarSleepExternal
 
 from tests.conftest import PROJECT
 from tests.modules import per_event_reference as ref

@@ -27,6 +27,7 @@ import pytest
 import uproot
 import yaml
 
+from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from tests.framework.conftest import write_nano
 
 SONIC = [sys.executable, "-m", "sonic_hep.workflows.cli"]
@@ -82,6 +83,12 @@ ROWS = [
     row("config-compression-unknown", "run", "cfg.yaml", "-p", "output.compression=zip:9", culprit=r"unknown compression 'zip:9'"),
     row("config-histograms-without-output", "run", "hist.yaml", "-i", "x.root",
         culprit=r"output\.file: module\(s\) h fill histograms, but there is no output file"),
+    row("config-yaml-alias-bomb", "run", "bomb.yaml", culprit=r"bomb\.yaml:\d+: YAML aliases expand the configuration by more than"),
+    row("config-yaml-alias-loop", "run", "loop.yaml", culprit=r"loop\.yaml:\d+: a YAML alias refers to a mapping or list that holds it"),
+    row("config-yaml-nested-too-deeply", "run", "deep.yaml", culprit=r"deep\.yaml: YAML lists or mappings nested too deeply"),
+    row("config-path-entry-not-a-label", "run", "pathlist.yaml", culprit=r"pathlist\.yaml:\d+: path: expected module labels, got list \['ht'\]"),
+    row("config-timing-json-not-a-name", "run", "cfg.yaml", "-p", "services.timing.json=[t.json]",
+        culprit=r"<command line>: services\.timing\.json: expected a file name, got list"),
     # -- inputs -------------------------------------------------------------------------------------------
     row("input-missing", "run", "cfg.yaml", "-i", "nope.root", culprit=r"input file 'nope\.root' does not exist"),
     row("input-glob-matches-nothing", "run", "cfg.yaml", "-i", "none*.root", culprit=r"no input file matches 'none\*\.root'"),
@@ -117,7 +124,7 @@ ROWS = [
     row("inference-allowed-tries-zero", *DEMO, "-p", "services.inference.allowed_tries=0",
         culprit=r"services\.inference\.allowed_tries: must be at least 1"),
     row("inference-unknown-setting", *DEMO, "-p", "services.inference.timeout=3",
-        culprit=r"services\.inference\.timeout: unknown key \(did you mean 'timeout_s'\?\)"),
+        culprit=r"services\.inference\.timeout: unknown key \(did you mean 'timeout_s'"),
     row("inference-unknown-service", *DEMO, "-p", "services.bogus.x=1", culprit=r"unknown service 'bogus'"),
     row("inference-repository-missing", *DEMO, "-p", "services.inference.repository=[/nonexistent/models]",
         culprit=r"model repository '/nonexistent/models' does not exist"),
@@ -128,12 +135,16 @@ ROWS = [
         "-p", "services.inference.fallback=false", culprit=r"server 'notaport' must look like HOST:PORT"),
     row("inference-server-unreachable", *DEMO, "--inference", "sonic", "--server", "127.0.0.1:9",
         "-p", "services.inference.fallback=false", culprit=r"no server can run model 'demo_mlp': 127\.0\.0\.1:9: down"),
+    row("inference-instance-count-absurd", "server", "start", "-r", "absurd",
+        culprit=r"model 'demo_sum': instance_group count 10000 \(KIND_CPU\) is more than this server can run: .*absurd/demo_sum"),
     # -- grid ---------------------------------------------------------------------------------------------
     row("grid-status-not-a-task", "status", "folder", culprit=r"'folder' is not a task directory"),
     row("grid-merge-not-a-task", "merge", "folder", "--output", "m.root", culprit=r"'folder' is not a task directory"),
     row("grid-resubmit-not-a-task", "resubmit", "folder", culprit=r"'folder' is not a task directory"),
     row("grid-submit-executor-option-unknown", "submit", "cfg.yaml", "--output-dir", "T", "-E", "foo=bar",
         culprit=r"executor 'local' has no option 'foo'"),
+    row("grid-submit-executor-option-not-yaml", "submit", "cfg.yaml", "--output-dir", "T", "-x", "slurm", "-E", "extra=[",
+        culprit=r"executor 'slurm' option 'extra': cannot parse value '\['"),
     row("grid-merge-into-a-job-folder", "merge", "{task}", "--output", "{task}/jobs/0000/output.root",
         culprit=r"merge --output .*/jobs/0000/output\.root' lies inside the task"),
     row("grid-merge-over-an-input", "merge", "{task}", "--output", "{task}/../x.root",
@@ -157,6 +168,8 @@ ROWS = [
         culprit=r"--dot 'nodir/g\.dot': folder .* does not exist"),
     row("cli-graph-dot-is-the-config", "graph", "cfg.yaml", "--dot", "cfg.yaml",
         culprit=r"--dot 'cfg\.yaml' is also the configuration file"),
+    row("cli-generate-output-folder-missing", "data", "generate", "protodune", "-n", "1", "-o", "nodir/x.root",
+        culprit=r"output directory '.*nodir' does not exist"),
 ]
 
 
@@ -179,6 +192,16 @@ def make_folder(folder: Path) -> None:
     (folder / "broken").mkdir()
     (folder / "broken" / "task.json").write_text('{"format": 1, "config"')  # cut short
     (folder / "duplicate.yaml").write_text("modules:\n  ht: {type: CollectionSum}\n  ht: {type: CollectionSum}\n")
+    # ten times ten times ... (a million values) from a few lines; code that copies the configuration expands it
+    levels = ["    l0: &l0 [" + ", ".join(["lol"] * 10) + "]"]
+    levels += [f"    l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 6)]
+    (folder / "bomb.yaml").write_text("modules:\n  ht:\n    type: CollectionSum\n" + "\n".join(levels) + "\n")
+    (folder / "loop.yaml").write_text("modules:\n  ht: &ht {type: CollectionSum, min_pt: [1, *ht]}\n")
+    (folder / "deep.yaml").write_text("modules:\n  ht: {type: CollectionSum, min_pt: " + "[" * 3000 + "]" * 3000 + "}\n")
+    (folder / "pathlist.yaml").write_text("modules:\n  ht: {type: CollectionSum}\npath: [[ht], ht]\n")
+    shutil.copytree(DEMO_REPOSITORY / "demo_sum", folder / "absurd" / "demo_sum")
+    config = folder / "absurd" / "demo_sum" / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1\n", "count: 10000\n"))
 
 
 def snapshot(*folders: Path) -> dict[str, str]:

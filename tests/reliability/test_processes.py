@@ -1,4 +1,4 @@
-"""No orphans, no litter, whatever kills the job (issue 11, must-have 3) — real processes.
+"""No orphans, no litter, whatever kills the job — real processes.
 
 A job (a python subprocess) starts a Triton server from a thread that then ends, as the
 ``sonic-recovery`` thread starts a fallback server; the job is then killed (SIGKILL, SIGTERM,
@@ -154,7 +154,9 @@ def test_client_shared_memory_is_private_and_litter_of_dead_owners_is_swept():
 def _broken_repository(folder: Path) -> Path:
     bad = folder / "broken"
     (bad / "1").mkdir(parents=True)
-    (bad / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    # an ONNX ModelProto (ir_version, empty graph) that passes the file checks made before a server starts and
+    # that onnxruntime refuses (no opset): the server tries to load it, and it is its only model
+    (bad / "1" / "model.onnx").write_bytes(b"\x08\x08\x3a\x00")
     (bad / "config.pbtxt").write_text('name: "broken"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
                                       'input [{name: "x", data_type: TYPE_FP32, dims: [1]}]\n'
                                       'output [{name: "y", data_type: TYPE_FP32, dims: [1]}]\n')

@@ -15,6 +15,7 @@ import yaml
 from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.process import Process
 from sonic_hep.workflows.cli import plain
+from sonic_hep.workflows.cli._lazy import discover
 from sonic_hep.workflows.cli.describe import summary
 from tests.grid.samples import write_nano
 
@@ -110,6 +111,14 @@ def test_bench_and_data_argument_errors_are_one_line(sonic_cli, args, culprit):
     result = sonic_cli(*args)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and result.stderr.startswith(culprit), result.stderr
+
+
+@pytest.mark.parametrize("name", [name for name, _ in discover("sonic_hep.data", suffix=".generate")])
+def test_every_generator_takes_the_same_spellings_of_events_and_output(sonic_cli, name):
+    """``-o`` worked for one generator and was refused by another: the same words everywhere."""
+    text = sonic_cli("data", "generate", name, "--help", check=True).stdout
+    for option in ("--events EVENTS, -n EVENTS", "--output OUTPUT, -o OUTPUT", "--seed SEED"):
+        assert option in text, f"sonic data generate {name} lacks {option!r}:\n{text}"
 
 
 def test_bench_takes_verbose_after_its_name(sonic_cli):

@@ -54,9 +54,10 @@ import numpy as np
 
 from ...framework.atomic import write_text, write_with
 from ._machine import machine_description
+from ...framework.paths import MODELS
 
 MODEL = "emtrkmichelid"
-REPOSITORY = Path(__file__).resolve().parents[2] / "data" / "models" / "protodune_gpu"
+REPOSITORY = MODELS / "protodune_gpu"
 #: the first GPU entry's code path, selected through the model's parameters alone
 BASELINE = {"layout": "nchw", "fuse": "false", "staging": "pageable", "max_batch": 1693}
 STAGES = ("h2d", "widen", "convolve", "dense1", "heads", "d2h")

@@ -67,9 +67,10 @@ from ...framework.inference.runtime_repository import write_entry
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
 from ._machine import bench_command, machine_description
+from ...framework.paths import shared_folder
 
 #: the shared folder beside a development checkout (CMS's models; absent in a user's checkout)
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "real"
+SHARED = shared_folder() / "real"
 MODES = ("cpu-onnxruntime", "gpu-torch-fp32", "gpu-torch-fp16", "served-gpu")
 
 

@@ -36,8 +36,9 @@ from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.runtime_repository import write_entry
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.workflows.bench._fuzz import ModelSpec, infer_arrays, valid_inputs
+from sonic_hep.framework.paths import PROJECT_ROOT
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = PROJECT_ROOT
 #: the project's model repositories with ONNX models
 SHIPPED = [PROJECT / "data" / "models" / n for n in ("demo", "miniaod", "protodune", "exatrkx")]
 

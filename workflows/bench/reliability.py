@@ -42,8 +42,9 @@ from ...data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from ...framework.inference.server import TritonServer
 from ..compare import compare_files
 from ._machine import machine_description
+from ...framework.paths import PROJECT_ROOT
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = PROJECT_ROOT
 #: every shipped repository a CPU server loads (the fuzz target)
 CPU_REPOSITORIES = [PROJECT / "data" / "models" / name for name in ("demo", "miniaod", "protodune", "exatrkx")]
 SCENARIOS = ("none", "sigstop", "sigstop-no-breaker", "sigkill", "chaos")

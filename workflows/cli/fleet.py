@@ -32,7 +32,7 @@ from ..grid.fleet_autoscale import Rule
 
 
 def start(args: argparse.Namespace) -> int:
-    from .server import _repositories
+    from .server import repositories_of
 
     servers = args.servers
     rule = Rule(min_servers=servers if args.min_servers is None else args.min_servers,
@@ -40,7 +40,7 @@ def start(args: argparse.Namespace) -> int:
                 window_s=args.scale_window_s, idle_s=args.scale_idle_s, interval_s=args.scale_interval_s)
     options = executor_options(args.executor, executors.parse_key_values(args.executor_option), cpus=args.cpus,
                                mem=args.mem, time_limit=args.time, gpus=args.gpus_per_server)
-    spec = FleetSpec(repository=[os.path.abspath(p) for p in _repositories(args)], models=args.model or None,
+    spec = FleetSpec(repository=[os.path.abspath(p) for p in repositories_of(args)], models=args.model or None,
                      device="gpu" if args.gpus_per_server else "cpu", host=args.host, advertise=args.advertise or "",
                      python=args.python, ort_threads=args.ort_threads, tls_cert=_abs(args.tls_cert),
                      tls_key=_abs(args.tls_key), tls_root_cert=_abs(args.tls_root_cert), tls_ca=_abs(args.tls_ca),
@@ -65,11 +65,12 @@ def _abs(path: str | None) -> str | None:
 
 def status(args: argparse.Namespace) -> int:
     fleet = Fleet(args.directory)
-    members = fleet.members()
+    members, bad = fleet.members(), fleet.bad_entries()
     if args.json:
         print(json.dumps({"fleet": str(fleet.directory), "stopping": fleet.stopping,
                           "manager": fleet.manager().pid if fleet.manager() else None,
-                          "members": [m.as_dict() for m in members], "decisions": fleet.decisions()}, indent=1))
+                          "members": [m.as_dict() for m in members], "decisions": fleet.decisions(),
+                          "bad_entries": [{"file": str(b.path), "problem": b.problem} for b in bad]}, indent=1))
         return 0
     manager = fleet.manager()
     print(f"fleet {fleet.directory} ({fleet.spec.executor}){' stopping' if fleet.stopping else ''}; manager "
@@ -80,6 +81,8 @@ def status(args: argparse.Namespace) -> int:
         what = ", ".join(sorted(m.entry.models)) if m.entry and not m.expired else (m.expired or m.reason)
         print(f"  {m.index:>4} {m.state:<8} {m.batch_id or '-':<14} {where:<28} {what}"
               + (" (leaving)" if m.stopping and m.state == "running" else ""))
+    for item in bad:
+        print(f"  bad entry {item.path.name}, skipped by clients: {item.problem}")
     for decision in fleet.decisions()[-5:]:
         print(f"  autoscaler: {decision['action']}{' ' + decision['server'] if decision.get('server') else ''}: "
               f"{decision['reason']}")

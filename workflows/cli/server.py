@@ -98,7 +98,7 @@ def _stale_line(record: dict) -> str:
 
 
 # -- start ------------------------------------------------------------------------------------------------
-def _repositories(args: argparse.Namespace) -> list[str]:
+def repositories_of(args: argparse.Namespace) -> list[str]:
     from ...framework.inference.service import resolve_repository
 
     paths = list(args.repository or [])
@@ -157,7 +157,7 @@ def _not_served(skipped: dict[str, str]) -> list[str]:
 def start(args: argparse.Namespace) -> int:
     from ...framework.inference.server import TritonServer
 
-    server = TritonServer(_repositories(args), models=args.model or None, host=args.host, http_host=args.http_host,
+    server = TritonServer(repositories_of(args), models=args.model or None, host=args.host, http_host=args.http_host,
                           metrics_host=args.metrics_host, keep_workdir=args.keep_workdir or None, grpc_port=args.grpc_port,
                           http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
                           python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
@@ -265,7 +265,7 @@ def stop(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     import tritonclient.grpc as grpcclient
 
-    from ...framework.inference.tls_probe import server_tls
+    from ...framework.inference.tls_probe import certificate_problem, server_tls
 
     records = {r["grpc"]: r for r in running_records()}
     addresses = args.address or list(records)
@@ -287,6 +287,8 @@ def status(args: argparse.Namespace) -> int:
                 print(f"{address}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)")
             elif mode == "mutual" and not args.tls_cert:
                 print(f"{address}: refused: the server requires a client certificate (give --tls-cert and --tls-key)")
+            elif tls and (problem := certificate_problem(address, args.tls_root_cert, args.tls_key, args.tls_cert)):
+                print(f"{address}: refused: {problem}")
             else:
                 print(f"{address}: unreachable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
             failures += 1
@@ -297,14 +299,19 @@ def status(args: argparse.Namespace) -> int:
         # which backend serves a model: from the record of a server started here; for another server, the
         # backend its config names (native and python-based onnxruntime look the same from outside)
         backends = records.get(address, {}).get("model_backends") or _config_backends(address, tls, args, index)
-        print(f"  {'model':<28} {'version':>7}  {'backend':<26} state")
-        for model in index:
-            reason = f" ({model.reason})" if model.reason else ""
-            print(f"  {model.name:<28} {model.version or '-':>7}  {backends.get(model.name, '-'):<26} "
-                  f"{model.state or 'UNAVAILABLE'}{reason}")
-        for name, why in (records.get(address, {}).get("skipped") or {}).items():  # left out at start
-            print(f"  {name:<28} {'-':>7}  {'-':<26} NOT SERVED ({why})")
+        rows = [(model.name, model.version or "-", backends.get(model.name, "-"),
+                 (model.state or "UNAVAILABLE") + (f" ({model.reason})" if model.reason else "")) for model in index]
+        rows += [(name, "-", "-", f"NOT SERVED ({why})")  # left out at start
+                 for name, why in (records.get(address, {}).get("skipped") or {}).items()]
+        print("\n".join(_model_table(rows)))
     return 1 if failures else 0
+
+
+def _model_table(rows: list[tuple[str, str, str, str]]) -> list[str]:
+    """The model table's lines, each column as wide as its longest cell (CMS's model names are long)."""
+    table = [("model", "version", "backend", "state"), *rows]
+    width = [max(len(row[i]) for row in table) for i in range(3)]
+    return [f"  {a:<{width[0]}}  {b:>{width[1]}}  {c:<{width[2]}}  {d}" for a, b, c, d in table]
 
 
 def _config_backends(address: str, tls: bool, args: argparse.Namespace, index: list) -> dict[str, str]:

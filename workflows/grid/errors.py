@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ...framework.errors import SonicError
 
 
@@ -24,6 +26,20 @@ class PartialSubmission(SubmitError):
     def __init__(self, message: str, batch_ids: dict[int, str]):
         super().__init__(message)
         self.batch_ids = batch_ids
+
+
+class UnwritableRecord(GridError):
+    """A task's record (``state.json``, ``submit.json``, ``task.json`` ...) or a job's log could not be written:
+    a full disk, a quota, a read-only folder. Names the file and the system's reason.
+
+    Args:
+        path: the file.
+        reason: the system's words (``No space left on device``).
+    """
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"cannot write {self.path}: {reason}")
 
 
 class IncompleteTask(GridError):

@@ -40,7 +40,8 @@ from typing import Any
 
 import yaml
 
-from ...framework.inference.fleet_directory import FLEET_FILE, HEARTBEAT_S, TTL_S, Entry, deregister, read_entries
+from ...framework.inference.fleet_directory import (FLEET_FILE, HEARTBEAT_S, TTL_S, BadEntry, Entry, deregister,
+                                                   read_entries, scan)
 from ...framework.inference.owner import ProcessId
 from .batch_text import plain
 from .errors import GridError
@@ -240,7 +241,8 @@ class Fleet:
         if self.stopping:
             raise GridError(f"fleet {self.directory} is stopping; start a new one")
         indices = self._grow(count)
-        hand_over(self.task, indices, self.spec.executor, self.spec.executor_options, len(indices))
+        # the cap is the task's, counting server jobs still running from earlier submissions: every one may run
+        hand_over(self.task, indices, self.spec.executor, self.spec.executor_options, self.task.njobs)
         log.info("fleet %s: submitted server job(s) %s to %s", self.directory, indices, self.spec.executor)
         return indices
 
@@ -293,6 +295,10 @@ class Fleet:
             out.append(Member(index, state, reason, batch_ids.get(index), entry, entry.expired() if entry else "",
                               self.stopping or (task.files(index).directory / STOP_FILE).exists()))
         return out
+
+    def bad_entries(self) -> list[BadEntry]:
+        """Files in ``servers/`` that clients skip (wrong shape), with their problem."""
+        return scan(self.directory)[1]
 
     def cancel(self, member: Member) -> None:
         """Ends a server job that did not leave when asked: the batch system's cancel, or SIGTERM to its

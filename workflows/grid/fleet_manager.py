@@ -3,8 +3,9 @@
 Every ``interval_s`` it samples Triton's statistics API on every live server of the fleet (cumulative
 requests and queue nanoseconds per model; the difference to the last sample is the interval's), asks the
 rule (:mod:`.fleet_autoscale`) and acts: ``up`` submits one more server job through the fleet's executor,
-``down`` asks the idle server job to leave (it deregisters, drains and ends). Every decision other than
-``hold`` is appended to ``logs/autoscaler.jsonl`` with the metric that drove it, and logged.
+``down`` asks the idle server job to leave (it deregisters, drains and ends), ``backoff`` says why no server
+job is added now (the ones before failed in a row). Every decision other than ``hold`` is appended to
+``logs/autoscaler.jsonl`` with the metric that drove it, and logged.
 
 With ``stop_with_tasks``, the fleet stops once every task submitted against it (``sonic submit --fleet``)
 has no job pending or running. SIGTERM (``sonic fleet stop``) or the fleet's ``stop`` file ends the loop;
@@ -66,7 +67,11 @@ class Sampler:
         for name in set(self.connections) - set(live):
             self.connections.pop(name).close(grace_s=0.0)
             self.last.pop(name, None)
-        return Sample(queue_ms=queue_ns / answered / 1e6 if answered else None, requests=requests, starting=starting)
+        failed = [m for m in members if m.state == "failed"]
+        last = f"server job {failed[-1].index}: {failed[-1].reason.splitlines()[0]}" if failed and \
+            failed[-1].reason else ""
+        return Sample(queue_ms=queue_ns / answered / 1e6 if answered else None, requests=requests, starting=starting,
+                      failed=len(failed), last_failure=last)
 
     def close(self) -> None:
         for connection in self.connections.values():
@@ -130,6 +135,8 @@ def manage(fleet: Fleet, stop: threading.Event, clock=time.monotonic) -> None:  
                         record(fleet, decision, refused=str(err))
                 elif decision.action == "down":
                     fleet.retire(int(decision.server))
+                    record(fleet, decision)
+                elif decision.action == "backoff":
                     record(fleet, decision)
                 if stop_with_tasks and tasks_over(fleet):
                     log.info("fleet %s: every task submitted against it has ended; stopping the fleet",

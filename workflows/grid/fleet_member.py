@@ -4,7 +4,9 @@
 2. starts a Triton server on this node (:class:`~sonic_hep.framework.inference.server.TritonServer`: free
    ports chosen on the node, the fleet's binding and TLS, CPU or GPU, a node-local work folder);
 3. once every model is ready, registers the server in ``servers/NNNN.json`` (address, models, health) and
-   rewrites that entry every ``heartbeat_s`` while the server is live and ready;
+   rewrites that entry every ``heartbeat_s`` while the server is live and ready (:class:`Heartbeat`: a write
+   that fails does not stop a healthy server; it keeps serving and retrying, and leaves only after
+   ``GRACE_TTLS`` TTLs without a write);
 4. leaves when asked (``jobs/NNNN/stop`` or the fleet's ``stop`` file), on SIGTERM/SIGINT (``scancel``, a
    wall-time limit, ``condor_rm``), or when its server dies: it removes its entry first, waits ``drain_s``
    so clients stop choosing it (requests already sent finish or fail over), then stops the server.
@@ -22,6 +24,7 @@ import signal
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,12 +32,65 @@ from ...framework.errors import InferenceError, SonicError
 from ...framework.inference.fleet_directory import Entry, deregister, register
 from ...framework.inference.server import TritonServer, host_port
 from .fleet import STOP_FILE, Fleet
-from .job import _redirect_output, batch_id_from_environment
+from .job import redirect_output, batch_id_from_environment
 from .records import JobReport, Submission
 
 log = logging.getLogger(__name__)
 
 EXIT_STOPPED, EXIT_FAILED = 0, 1
+#: how long (in TTLs) a server whose entry cannot be written keeps serving and retrying before it leaves: its
+#: entry expires after one TTL (new clients stop choosing it), the rest rides out a shared filesystem that
+#: is briefly unwritable (a failover, a full quota) without tearing down a healthy server and starting
+#: replacements that cannot register either
+GRACE_TTLS = 3.0
+
+
+class Heartbeat:
+    """Writes one server's entry on every :meth:`beat` and decides when a server that cannot must leave.
+
+    A failed write is warned about (naming the directory and the error) and retried at the next beat;
+    the server keeps serving meanwhile. A write that succeeds again advertises the server again. Only
+    after ``grace_s`` of failed writes in a row does :meth:`beat` say the server must leave.
+
+    Args:
+        directory: the fleet directory.
+        entry: the server's entry (its ``health`` may change between beats).
+        grace_s: how long writes may fail in a row before the server leaves.
+        clock: seconds, monotonic (tests pass a fake one).
+        write: what writes the entry (:func:`register`; tests pass one that fails).
+    """
+
+    def __init__(self, directory: Path, entry: Entry, grace_s: float, clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[Path, Entry], object] = register):
+        self.directory, self.entry, self.grace_s = directory, entry, grace_s
+        self.clock, self.write = clock, write
+        self.written = False  # at least once
+        self.failing_since: float | None = None
+        self.last_error = ""
+
+    def beat(self) -> str:
+        """Writes the entry once; returns "" while the server may stay, else why it must leave."""
+        now = self.clock()
+        try:
+            self.write(self.directory, self.entry)
+        except (OSError, SonicError) as err:
+            error = str(err).splitlines()[0] if str(err) else type(err).__name__
+            if self.failing_since is None:
+                self.failing_since = now
+            failing = now - self.failing_since
+            if failing >= self.grace_s:
+                return (f"cannot write its entry in {self.directory} for {failing:.0f} s (limit {self.grace_s:.0f} s): "
+                        f"{error}")
+            if error != self.last_error:
+                log.warning("cannot write its entry in %s: %s; the server keeps serving and retries every "
+                            "heartbeat, for up to %.0f s before it leaves", self.directory, error, self.grace_s)
+            self.last_error = error
+            return ""
+        if self.failing_since is not None:
+            log.warning("wrote its entry in %s again after %.0f s without: the server is advertised again",
+                        self.directory, now - self.failing_since)
+        self.written, self.failing_since, self.last_error = True, None, ""
+        return ""
 
 
 def ready_models(server: TritonServer) -> dict[str, str]:
@@ -53,7 +109,7 @@ def serve(directory: str | Path, index: int) -> int:
     submission = Submission.load(files.submission)
     report = JobReport(attempt=submission.attempt if submission else 1, state="running",
                        batch_id=batch_id_from_environment(), started=time.time())
-    _redirect_output(files.log, f"attempt {report.attempt} of server job {index} on {report.host} pid {report.pid} "
+    redirect_output(files.log, f"attempt {report.attempt} of server job {index} on {report.host} pid {report.pid} "
                                 f"batch id {report.batch_id} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     report.save(files.report)
@@ -95,20 +151,22 @@ def serve(directory: str | Path, index: int) -> int:
     entry = Entry(name=name, address=host_port(spec.advertised_host(), server.ports["grpc"]),
                   models=ready_models(server), ssl=bool(spec.tls_cert), root_certificates=spec.client_root_certificates,
                   batch_id=report.batch_id, ttl_s=spec.ttl_s)
+    heartbeat = Heartbeat(fleet.directory, entry, GRACE_TTLS * spec.ttl_s)
     why, broken = "", False
     try:
-        if not asked():
-            register(fleet.directory, entry)
-            print(f"server job {index}: registered {entry.address} serving {sorted(entry.models)}", flush=True)
         while not (why := asked()):
             if not server.alive():
                 why = f"its Triton server exited (code {server.process.returncode}); log:\n{server.log_tail(10)}"
                 break
             entry.health = "ready" if server.ready() else "not ready"
-            register(fleet.directory, entry)
+            first = not heartbeat.written
+            why = heartbeat.beat()
+            if why:  # a shared filesystem unwritable for long: clients cannot see it, it serves nobody new
+                broken = True
+                break
+            if first and heartbeat.written:
+                print(f"server job {index}: registered {entry.address} serving {sorted(entry.models)}", flush=True)
             wake.wait(spec.heartbeat_s)
-    except (OSError, SonicError) as err:  # a full or read-only shared filesystem: clients cannot see it
-        why, broken = f"cannot write its entry in {fleet.directory}: {err}", True
     finally:
         try:
             deregister(fleet.directory, name)  # first: clients stop choosing it before it stops answering

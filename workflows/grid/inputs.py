@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ...framework import remote
 from ...framework.errors import SourceError
-from ...framework.source import _open_tree, expand
+from ...framework.source import open_tree, expand
 from .errors import GridError
 
 LIST_SUFFIXES = (".txt", ".list")
@@ -78,7 +78,7 @@ def count_entries(files: list[str], tree: str, threads: int = 8) -> list[int]:
 
     def one(path: str) -> int | str:
         try:
-            return int(_open_tree(path, tree).num_entries)
+            return int(open_tree(path, tree).num_entries)
         except SourceError as err:
             return str(err)
 

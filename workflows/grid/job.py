@@ -14,7 +14,9 @@ One process per job, the same on every executor:
 A failure writes ``failed`` with the reason; SIGTERM (``scancel``, ``condor_rm``, a wall-time
 limit) is reported as such. A SIGKILL leaves ``running`` behind, which ``status`` turns into
 ``failed`` once the batch system says the job has ended. Exit status: 0 done, 1 failed,
-2 unreadable input (retrying will not help), 3 output did not validate.
+2 unreadable input (retrying will not help), 3 output did not validate, 4 the job could not write its own
+record or log (a full disk, a quota, a read-only task folder): it says so in one line on stderr naming the
+file, and ``status`` names the folder's file system instead of blaming the batch system.
 
 ``--sandbox`` runs an HTCondor job without a shared filesystem: the task's files were transferred
 into the working directory and the results are written there, for HTCondor to transfer back.
@@ -23,6 +25,7 @@ into the working directory and the results are written there, for HTCondor to tr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -34,8 +37,8 @@ from pathlib import Path
 
 from ...framework.errors import SonicError, SourceError
 from ...framework.inference.fleet_directory import FLEET_FILE
-from ...framework.source import _open_tree
-from .errors import GridError
+from ...framework.source import open_tree
+from .errors import GridError, UnwritableRecord
 from .integrity import Seal, spec_mismatch
 from .job_folders import job_writes
 from .records import JobReport, Submission, read_json
@@ -43,7 +46,7 @@ from .splitting import JobSpec
 from .task import JobFiles, Task, TaskDescription, job_arguments
 from .validation import check_output, timing_summary
 
-EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INVALID = 0, 1, 2, 3
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INVALID, EXIT_UNWRITABLE = 0, 1, 2, 3, 4
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +74,21 @@ def batch_id_from_environment() -> str | None:
     return None
 
 
-def _redirect_output(path: Path, header: str) -> None:
-    """Sends this process's stdout/stderr (C libraries included) to the job log, after a header."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.write(fd, f"\n===== {header} =====\n".encode())
+def redirect_output(path: Path, header: str) -> None:
+    """Sends this process's stdout/stderr (C libraries included) to the job log, after a header.
+
+    Raises:
+        UnwritableRecord: the log cannot be written (output stays where it was, so the error can be seen).
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as err:
+        raise UnwritableRecord(path, err.strerror or str(err)) from None
+    try:
+        os.write(fd, f"\n===== {header} =====\n".encode())
+    except OSError as err:
+        os.close(fd)
+        raise UnwritableRecord(path, err.strerror or str(err)) from None
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -87,7 +101,7 @@ def check_inputs(spec: JobSpec, tree: str) -> tuple[list[int], dict[str, str]]:
     entries, bad = [], {}
     for path in spec.inputs:
         try:
-            entries.append(int(_open_tree(path, tree).num_entries))
+            entries.append(int(open_tree(path, tree).num_entries))
         except SourceError as err:
             bad[path] = " ".join(str(err).split())
     return entries, bad
@@ -118,20 +132,50 @@ def run_sonic(args: list[str]) -> None:
 
 def run_job(files: JobFiles, description: TaskDescription, spec: JobSpec, args: list[str], tree: str,
             sandbox: bool = False) -> int:
-    """Runs one job attempt and writes its report; returns the exit status."""
+    """Runs one job attempt and writes its report; returns the exit status.
+
+    A record or log the job cannot write (its task folder filled up, a quota, a read-only folder) ends it
+    with one line on stderr naming the file and :data:`EXIT_UNWRITABLE`: a traceback there would bury the
+    cause, and whoever looks next (``status``, the driver, the batch system's log) must see that it was the
+    disk, not the job or the batch system.
+    """
+    try:
+        return _attempt(files, spec, args, tree, sandbox)
+    except UnwritableRecord as err:
+        _say(f"job {spec.index}: error: {err}")
+        return EXIT_UNWRITABLE
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if stderr can still be written (on a full disk the job log may not be)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"sonic {line}", file=sys.stderr, flush=True)
+
+
+def _flush() -> None:
+    """Flushes stdout and stderr before ``os._exit``; a full disk under the job log loses the rest, quietly."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _attempt(files: JobFiles, spec: JobSpec, args: list[str], tree: str, sandbox: bool) -> int:
+    """The attempt itself (see :func:`run_job`); UnwritableRecord leaves it."""
     submission = Submission.load(files.submission)
     attempt = submission.attempt if submission else 1
     report = JobReport(attempt=attempt, state="running", batch_id=batch_id_from_environment(), started=time.time())
-    _redirect_output(files.log, f"attempt {attempt} of job {spec.index} on {report.host} pid {report.pid} "
+    redirect_output(files.log, f"attempt {attempt} of job {spec.index} on {report.host} pid {report.pid} "
                                 f"batch id {report.batch_id} at {time.strftime('%Y-%m-%d %H:%M:%S')}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     report.save(files.report)
-    print("command:", " ".join(["sonic", *args]), flush=True)
+    with contextlib.suppress(OSError):
+        print("command:", " ".join(["sonic", *args]), flush=True)
 
     def finish(state: str, code: int, reason: str = "", **extra: object) -> int:
         final = replace(report, state=state, ended=time.time(), exit_code=code, reason=reason, **extra)
         final.save(files.report)
-        print(f"job {spec.index}: {state}" + (f": {reason}" if reason else ""), flush=True)
+        with contextlib.suppress(OSError):  # recorded; the log line is a courtesy
+            print(f"job {spec.index}: {state}" + (f": {reason}" if reason else ""), flush=True)
         return code
 
     for stale in files.directory.glob(f"{files.output.name}.tmp-*"):
@@ -222,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         from .fleet_member import serve
 
         code = serve(args.directory, index)
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush()
         os._exit(code)
     if args.sandbox:
         files, description, spec, sonic_args, tree = sandbox_job(index)
@@ -234,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     code = run_job(files, description, spec, sonic_args, tree, sandbox=args.sandbox)
     if args.sandbox:  # HTCondor holds a job whose listed outputs are missing; state.json says it failed
         for path in (files.output, files.timing):
-            path.touch(exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
+            with contextlib.suppress(OSError):  # a full sandbox: HTCondor holds the job, state.json says why
+                path.touch(exist_ok=True)
+    _flush()
     os._exit(code)  # do not wait for threads a failed module may have left behind
 
 

@@ -12,6 +12,7 @@ Both are replaced atomically (temporary file + rename), so a reader never sees h
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -20,16 +21,49 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import GridError
+from .errors import GridError, UnwritableRecord
 from .lifecycle import RecordState
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Writes JSON atomically: a reader sees the old or the new content, never a part."""
+    """Writes JSON atomically: a reader sees the old or the new content, never a part.
+
+    Raises:
+        UnwritableRecord: naming the file, when the system refuses the write (a task folder that filled up,
+            a quota, a read-only folder); the old content stays and no temporary is left behind.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=1, default=str) + "\n"
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UnwritableRecord(path, err.strerror or str(err)) from None
+
+
+#: free bytes below which a record (a few KiB, written whole) may not fit: a folder this full counts as full
+FULL_BYTES = 64 * 1024
+
+
+def why_unwritable(folder: str | os.PathLike) -> str | None:
+    """Why records cannot be written in ``folder`` now — its file system is read-only, full or out of inodes —
+    or None. ``status`` asks it of a job that ended without a final report: a job on a full disk cannot
+    report, and its batch system (or driver) only knows that it ended."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    if fs.f_flag & os.ST_RDONLY:
+        return f"the file system of {folder} is read-only"
+    free = fs.f_bavail * fs.f_frsize
+    if free < FULL_BYTES:
+        return f"the file system of {folder} is full ({free} bytes free)"
+    if fs.f_files and not fs.f_favail:
+        return f"the file system of {folder} has no free inodes"
+    return None
 
 
 def read_json(path: str | os.PathLike) -> Any | None:

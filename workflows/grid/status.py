@@ -19,7 +19,7 @@ from .errors import GridError
 from .executors import executor_class
 from .integrity import what_changed
 from .lifecycle import STATES, UNKNOWN, BatchStatus, State, resolve
-from .records import JobReport, Submission
+from .records import JobReport, Submission, why_unwritable
 from .task import Task
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,9 @@ def collect(task: Task, log_lines: int = 8, verify: bool = False) -> tuple[list[
         if changed.get(index):  # the done output is no longer what the job wrote: it must be redone
             reported, reason = "failed", f"output changed since done: {changed[index]}"
         state, reason = resolve(sub is not None, reported, batch.get(index, UNKNOWN), reason)
+        if state == "failed" and reported in ("none", "running"):  # it ended without a final report: why?
+            unwritable = why_unwritable(task.files(index).directory)
+            reason = f"could not write its report: {unwritable}" if unwritable else reason
         tail = task.log_tail(index, log_lines) if state == "failed" and log_lines else []
         statuses.append(JobStatus(index, state, reason, sub, report, tail))
     return statuses, warnings

@@ -35,7 +35,7 @@ import yaml
 
 from ...framework.process import software_version
 from .batch_text import plain
-from .errors import GridError
+from .errors import GridError, UnwritableRecord
 from .records import JobReport, Submission, read_json, write_json
 from .splitting import JobSpec
 
@@ -123,7 +123,7 @@ class Task:
             raise GridError(f"{root} already holds a task")
         (root / "jobs").mkdir(parents=True, exist_ok=True)
         (root / "logs").mkdir(exist_ok=True)
-        (root / "config.yaml").write_text(yaml.safe_dump(config_raw, sort_keys=False))
+        _write_text(root / "config.yaml", yaml.safe_dump(config_raw, sort_keys=False))
         description.njobs = len(jobs)
         description.fingerprint = description.compute_fingerprint(config_raw)
         task_json = asdict(description)
@@ -132,7 +132,7 @@ class Task:
             files.directory.mkdir(exist_ok=True)
             args = job_arguments(description, root / "config.yaml", spec, files)
             write_json(files.spec, {**asdict(spec), "sonic_args": args})
-            files.command.write_text(command_script(description, args, spec, root))
+            _write_text(files.command, command_script(description, args, spec, root))
             files.command.chmod(0o755)
         write_json(root / "task.json", task_json)  # last: a directory with task.json is complete
         return cls(root)
@@ -202,6 +202,14 @@ class Task:
             if tail:
                 return tail[-lines:]
         return []
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Writes a task file; a full disk or a read-only folder is one error naming the file."""
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise UnwritableRecord(path, err.strerror or str(err)) from None
 
 
 def job_arguments(description: TaskDescription, config: Path, spec: JobSpec, files: JobFiles) -> list[str]:

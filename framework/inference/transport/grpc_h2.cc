@@ -8,7 +8,8 @@
 // answer.
 //
 // The interface (C, called through ctypes; see transport/native.py):
-//   sgt_open(host, port, authority, path, timeout_ms, error, size)  a connection (its I/O thread started), or NULL
+//   sgt_open(host, port, authority, path, timeout_ms, ping_ms, ping_timeout_ms, error, size)
+//                                                a connection (its I/O thread started), or NULL
 //   sgt_send(connection, tag, message, length)   queues one call (the message without gRPC's 5-byte prefix);
 //                                                -1 when the connection is dead or closing
 //   sgt_wait(connection, timeout_ms)              waits for finished calls: their count (0 on timeout), -1 once
@@ -16,10 +17,15 @@
 //   sgt_result(connection, i, ...)               the i-th finished call of the last wait: tag, gRPC status,
 //                                                answer message, status message
 //   sgt_close(connection)                         asks the I/O thread to end: calls still open finish UNAVAILABLE
+//   sgt_reason(connection)                        after sgt_wait returned -1: why the connection ended
 //   sgt_free(connection)                          after sgt_wait returned -1: joins the thread, frees everything
 //
 // Calls are never cancelled: a stream stays open until the server ends it, or until the connection ends
 // (closed by the caller, dropped by the server), which fails every open call with UNAVAILABLE and the reason.
+//
+// Keepalive (framework/inference/keepalive.py says why): after ping_ms with nothing received the I/O thread sends
+// an HTTP/2 PING; when nothing at all arrives within ping_timeout_ms after it, the connection is silent (a network
+// partition, a frozen host) and ends like a dropped one, with a reason that starts "keepalive:".
 #include "nghttp2_api.h"
 
 #include <fcntl.h>
@@ -49,6 +55,7 @@
 namespace {
 
 constexpr int kUnknown = 2, kInternal = 13, kUnavailable = 14;
+using Clock = std::chrono::steady_clock;
 
 // One call from sgt_send to its end.
 struct Call {
@@ -88,6 +95,14 @@ struct Connection {
   std::set<Call*> open;     // given to nghttp2 and not closed (the I/O thread's own)
   std::string pending;      // bytes nghttp2 produced that the socket has not taken yet (the I/O thread's own)
   bool stopped = false;     // the I/O thread left: nghttp2's callbacks must not touch calls any more
+
+  int ping_ms = 0;          // keepalive: a PING after this long with nothing received (0: never)
+  int ping_timeout_ms = 0;  // and the connection is dead when nothing arrives this long after the PING
+  Clock::time_point last_read;  // when bytes last arrived (the I/O thread's own, like the two below)
+  Clock::time_point ping_at;    // when the unanswered PING went out
+  bool pinged = false;          // a PING is out and nothing arrived since
+  std::string goaway;           // the server's GOAWAY, if one came: its error code and debug data
+  std::string why;              // why the connection ended (set before `ended`)
 };
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -163,6 +178,16 @@ int on_close(nghttp2_session* session, int32_t stream, uint32_t error, void* use
   return 0;
 }
 
+int on_frame(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  if (frame->hd.type != kNghttp2Goaway) return 0;
+  const nghttp2_goaway& goaway = frame->goaway;  // e.g. gRPC's ENHANCE_YOUR_CALM (11) "too_many_pings"
+  std::string text = "GOAWAY, error code " + std::to_string(goaway.error_code);
+  if (goaway.opaque_data_len)
+    text += ": " + std::string(reinterpret_cast<const char*>(goaway.opaque_data), goaway.opaque_data_len);
+  static_cast<Connection*>(user)->goaway = text;
+  return 0;
+}
+
 ssize_t read_body(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* flags, nghttp2_data_source* source,
                   void*) {
   Call* call = static_cast<Call*>(source->ptr);
@@ -230,6 +255,7 @@ bool receive(Connection* c, std::vector<uint8_t>* buf, std::string* why) {
   while (true) {
     ssize_t n = recv(c->fd, buf->data(), buf->size(), 0);
     if (n > 0) {
+      c->last_read = Clock::now();
       ssize_t used = nghttp2_session_mem_recv(c->session, buf->data(), size_t(n));
       if (used < 0) {
         *why = std::string("HTTP/2: ") + nghttp2_strerror(int(used));
@@ -238,7 +264,7 @@ bool receive(Connection* c, std::vector<uint8_t>* buf, std::string* why) {
       continue;
     }
     if (n == 0) {
-      *why = "the server closed the connection (socket closed)";
+      *why = "the server closed the connection (socket closed" + (c->goaway.empty() ? "" : " after " + c->goaway) + ")";
       return false;
     }
     if (errno == EINTR) continue;
@@ -246,6 +272,45 @@ bool receive(Connection* c, std::vector<uint8_t>* buf, std::string* why) {
     *why = errno_text("reading from the server");
     return false;
   }
+}
+
+int ms_until(Clock::time_point when, Clock::time_point now) {
+  return when <= now ? 0 : int(std::chrono::ceil<std::chrono::milliseconds>(when - now).count());
+}
+
+// The keepalive's turn: sends a PING when the connection has been silent for ping_ms; false (and why) when one went
+// unanswered for ping_timeout_ms. `wait_ms`: how long poll may sleep before the next turn (-1: no limit).
+bool keepalive(Connection* c, int* wait_ms, std::string* why) {
+  *wait_ms = -1;
+  if (c->ping_ms <= 0) return true;
+  Clock::time_point now = Clock::now();
+  if (c->pinged && c->last_read >= c->ping_at) c->pinged = false;  // anything that arrived since answers it
+  if (!c->pinged) {
+    Clock::time_point due = c->last_read + std::chrono::milliseconds(c->ping_ms);
+    if (now < due) {
+      *wait_ms = ms_until(due, now);
+      return true;
+    }
+    int rc = nghttp2_submit_ping(c->session, kNghttp2FlagNone, nullptr);
+    if (rc != 0) {
+      *why = std::string("keepalive: cannot send a PING: ") + nghttp2_strerror(rc);
+      return false;
+    }
+    c->pinged = true;
+    c->ping_at = now;
+  }
+  Clock::time_point dead = c->ping_at + std::chrono::milliseconds(c->ping_timeout_ms);
+  if (now >= dead) {
+    double silent = std::chrono::duration<double>(now - c->last_read).count();
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "keepalive: no answer to an HTTP/2 PING within %.1f s (nothing received for %.1f s): the connection "
+                  "went silent, as in a network partition", c->ping_timeout_ms / 1000.0, silent);
+    *why = text;
+    return false;
+  }
+  *wait_ms = ms_until(dead, now);
+  return true;
 }
 
 void run(Connection* c) {
@@ -264,13 +329,15 @@ void run(Connection* c) {
       why = "the connection was closed by this client";
       break;
     }
+    int wait_ms;
+    if (!keepalive(c, &wait_ms, &why)) break;
     if (!flush(c, &why)) break;
     if (c->open.empty() && !nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session)) {
-      why = "the server ended the connection (GOAWAY)";
+      why = "the server ended the connection (" + (c->goaway.empty() ? "GOAWAY" : c->goaway) + ")";
       break;
     }
     pollfd fds[2] = {{c->fd, short(POLLIN | (c->pending.empty() ? 0 : POLLOUT)), 0}, {c->wake, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    if (poll(fds, 2, wait_ms) < 0) {
       if (errno == EINTR) continue;
       why = errno_text("poll");
       break;
@@ -298,6 +365,7 @@ void run(Connection* c) {
   for (Call* call : queued) finish(c, call, kUnavailable, why);
   {
     std::lock_guard<std::mutex> lock(c->mu);
+    c->why = why;
     c->ended = true;
   }
   c->cv.notify_all();
@@ -349,7 +417,7 @@ int connect_to(const char* host, int port, int timeout_ms, std::string* why) {
 }  // namespace
 
 SONIC_EXPORT void* sgt_open(const char* host, int port, const char* authority, const char* path, int timeout_ms,
-                            char* error, size_t size) {
+                            int ping_ms, int ping_timeout_ms, char* error, size_t size) {
   std::string why;
   auto fail = [&](const std::string& text) -> void* {
     std::snprintf(error, size, "%s", text.c_str());
@@ -361,6 +429,9 @@ SONIC_EXPORT void* sgt_open(const char* host, int port, const char* authority, c
   c->fd = fd;
   c->authority = authority;
   c->path = path;
+  c->ping_ms = ping_ms;
+  c->ping_timeout_ms = ping_timeout_ms;
+  c->last_read = Clock::now();
   c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   nghttp2_session_callbacks* callbacks = nullptr;
   int rc = c->wake < 0 ? -1 : nghttp2_session_callbacks_new(&callbacks);
@@ -368,6 +439,7 @@ SONIC_EXPORT void* sgt_open(const char* host, int port, const char* authority, c
     nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame);
     rc = nghttp2_session_client_new(&c->session, callbacks, c);
     nghttp2_session_callbacks_del(callbacks);
   }
@@ -444,6 +516,12 @@ SONIC_EXPORT void sgt_close(void* connection) {
   wake(c);
 }
 
+SONIC_EXPORT const char* sgt_reason(void* connection) {
+  auto* c = static_cast<Connection*>(connection);
+  std::lock_guard<std::mutex> lock(c->mu);
+  return c->ended ? c->why.c_str() : "";
+}
+
 SONIC_EXPORT void sgt_free(void* connection) {
   auto* c = static_cast<Connection*>(connection);
   sgt_close(c);
@@ -454,4 +532,4 @@ SONIC_EXPORT void sgt_free(void* connection) {
   delete c;
 }
 
-SONIC_EXPORT int sgt_version() { return 1; }
+SONIC_EXPORT int sgt_version() { return 2; }

@@ -15,7 +15,9 @@ reaches in clear text (TLS and gRPC compression go through ``grpcio``).
 * no compiler or no library: :func:`transport_library` raises :class:`TransportUnavailable` with one line,
   and connections use ``grpcio`` (``transport: auto``; ``transport: native`` is then an error);
 * calls are never cancelled (a Triton 2.51 server can crash when clients cancel): a call ends when the
-  server answers or the connection ends, which fails every open call with UNAVAILABLE and the reason.
+  server answers or the connection ends, which fails every open call with UNAVAILABLE and the reason;
+* a connection that goes silent ends by its keepalive (``keepalive.py``): a PING after ``time_s`` with
+  nothing received, the connection dead when nothing answers it within ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..keepalive import Keepalive
 from ..library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
 
 log = logging.getLogger(__name__)
@@ -104,7 +107,7 @@ def _build(key: str) -> Path:
 
 def check(path: Path) -> None:
     """Loads ``path`` in a fresh process (a library that does not load is never cached)."""
-    script = "import ctypes, sys; sys.exit(0 if ctypes.CDLL(sys.argv[1]).sgt_version() == 1 else 3)"
+    script = "import ctypes, sys; sys.exit(0 if ctypes.CDLL(sys.argv[1]).sgt_version() == 2 else 3)"
     try:
         done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as err:
@@ -123,7 +126,7 @@ class _Api:
         self.open = free.sgt_open
         self.open.restype = ctypes.c_void_p
         self.open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
-                              ctypes.c_char_p, ctypes.c_size_t]
+                              ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         self.send = held.sgt_send
         self.send.restype = ctypes.c_int
         self.send.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
@@ -136,6 +139,9 @@ class _Api:
                                 ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
                                 ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_char_p)]
         self.close = held.sgt_close
+        self.reason = held.sgt_reason
+        self.reason.restype = ctypes.c_char_p
+        self.reason.argtypes = [ctypes.c_void_p]
         self.close.argtypes = [ctypes.c_void_p]
         self.free = free.sgt_free
         self.free.argtypes = [ctypes.c_void_p]
@@ -164,8 +170,9 @@ class NativeChannel:
 
     ``send`` queues a call and returns at once; ``on_done`` runs for each finished call on the channel's
     completion thread (one per channel, which waits in C without the interpreter lock). When the
-    connection ends (``close``, or the server dropped it) every open call finishes with UNAVAILABLE, and
-    ``send`` returns False: the owner opens a new channel.
+    connection ends (``close``, the server dropped it, or its keepalive found it silent) every open call
+    finishes with UNAVAILABLE, ``send`` returns False (the owner opens a new channel) and :attr:`reason`
+    says why it ended.
 
     Raises:
         ConnectionError: the server could not be reached (one line, with the address and the reason).
@@ -173,12 +180,16 @@ class NativeChannel:
 
     PATH = b"/inference.GRPCInferenceService/ModelInfer"
 
-    def __init__(self, host: str, port: int, on_done: OnDone, connect_timeout_s: float = 5.0):
+    def __init__(self, host: str, port: int, on_done: OnDone, connect_timeout_s: float = 5.0,
+                 keepalive: Keepalive | None = None):
         self._api = api()
         self.authority = f"{host}:{port}"
+        self.keepalive = keepalive or Keepalive()
+        self.reason = ""  # why the connection ended, once it has
         error = ctypes.create_string_buffer(512)
         handle = self._api.open(host.strip("[]").encode(), port, self.authority.encode(), self.PATH,
-                                int(connect_timeout_s * 1000), error, len(error))
+                                int(connect_timeout_s * 1000), int(self.keepalive.time_s * 1000),
+                                int(self.keepalive.timeout_s * 1000), error, len(error))
         if not handle:
             raise ConnectionError(error.value.decode(errors="replace"))
         self._handle: int | None = handle
@@ -220,6 +231,7 @@ class NativeChannel:
                     self._on_done(tag.value, status_name(status.value), text, data)
                 except Exception:  # noqa: BLE001 - this thread finishes every call of the channel: it must not die
                     log.exception("handling the answer of call %d on %s", tag.value, self.authority)
+        self.reason = (self._api.reason(handle) or b"").decode(errors="replace")
         with self._lock:
             self._handle = None
         self._api.free(handle)

@@ -1,6 +1,7 @@
 // The parts of libnghttp2's C interface (ABI of libnghttp2.so.14) that grpc_h2.cc calls, declared by this
-// project from nghttp2's documented API: the session, its callbacks, requests with a data provider, and the
-// memory-based send/receive functions. Only what is used is declared; the library is linked by its full path.
+// project from nghttp2's documented API: the session, its callbacks, requests with a data provider, PING and
+// GOAWAY, and the memory-based send/receive functions. Only what is used is declared; the library is linked by
+// its full path.
 #pragma once
 
 #include <cstddef>
@@ -30,8 +31,18 @@ struct nghttp2_frame_hd {
   uint8_t flags;
   uint8_t reserved;
 };
+// a GOAWAY frame: the server stops taking streams; error code and debug data say why ("too_many_pings")
+struct nghttp2_goaway {
+  nghttp2_frame_hd hd;
+  int32_t last_stream_id;
+  uint32_t error_code;
+  uint8_t* opaque_data;
+  size_t opaque_data_len;
+  uint8_t reserved;
+};
 union nghttp2_frame {
   nghttp2_frame_hd hd;
+  nghttp2_goaway goaway;
 };
 
 struct nghttp2_settings_entry {
@@ -59,6 +70,7 @@ typedef int (*nghttp2_on_data_chunk_recv_callback)(nghttp2_session* session, uin
                                                    const uint8_t* data, size_t len, void* user_data);
 typedef int (*nghttp2_on_stream_close_callback)(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
                                                 void* user_data);
+typedef int (*nghttp2_on_frame_recv_callback)(nghttp2_session* session, const nghttp2_frame* frame, void* user_data);
 
 int nghttp2_session_callbacks_new(nghttp2_session_callbacks** callbacks);
 void nghttp2_session_callbacks_del(nghttp2_session_callbacks* callbacks);
@@ -68,6 +80,8 @@ void nghttp2_session_callbacks_set_on_data_chunk_recv_callback(nghttp2_session_c
                                                                nghttp2_on_data_chunk_recv_callback callback);
 void nghttp2_session_callbacks_set_on_stream_close_callback(nghttp2_session_callbacks* callbacks,
                                                             nghttp2_on_stream_close_callback callback);
+void nghttp2_session_callbacks_set_on_frame_recv_callback(nghttp2_session_callbacks* callbacks,
+                                                          nghttp2_on_frame_recv_callback callback);
 
 int nghttp2_session_client_new(nghttp2_session** session, const nghttp2_session_callbacks* callbacks, void* user_data);
 void nghttp2_session_del(nghttp2_session* session);
@@ -77,6 +91,7 @@ int32_t nghttp2_submit_request(nghttp2_session* session, const nghttp2_priority_
                                size_t count, const nghttp2_data_provider* data, void* stream_user_data);
 ssize_t nghttp2_session_mem_send(nghttp2_session* session, const uint8_t** data);
 ssize_t nghttp2_session_mem_recv(nghttp2_session* session, const uint8_t* in, size_t length);
+int nghttp2_submit_ping(nghttp2_session* session, uint8_t flags, const uint8_t* opaque_data);
 int nghttp2_session_want_read(nghttp2_session* session);
 int nghttp2_session_want_write(nghttp2_session* session);
 void* nghttp2_session_get_stream_user_data(nghttp2_session* session, int32_t stream_id);
@@ -90,3 +105,4 @@ constexpr uint32_t kNghttp2DataFlagEof = 0x01;
 constexpr int32_t kNghttp2SettingsEnablePush = 0x02;
 constexpr int32_t kNghttp2SettingsInitialWindowSize = 0x04;
 constexpr int32_t kNghttp2MaxWindowSize = 0x7fffffff;
+constexpr uint8_t kNghttp2Goaway = 0x07;  // frame type

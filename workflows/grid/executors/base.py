@@ -25,9 +25,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import yaml
-
-from ....framework.errors import did_you_mean
+from ....framework.config import parse_value
+from ....framework.errors import ConfigError, did_you_mean
 from ....framework.settings import Problem, build
 from ..errors import GridError, SubmitError
 from ..lifecycle import BatchStatus
@@ -110,7 +109,12 @@ def parse_options(executor: Executor | type[Executor], raw: dict[str, Any]) -> A
         return GridError(f"executor {executor.name!r} option {problem.key!r}: {problem.message}")
 
     def prepare(key: str, value: Any, tp: Any) -> Any:
-        return yaml.safe_load(value) if isinstance(value, str) and tp is not str else value
+        if not isinstance(value, str) or tp is str:
+            return value
+        try:
+            return parse_value(value)
+        except ConfigError as err:
+            raise GridError(f"executor {executor.name!r} option {key!r}: {err.reason}") from None
 
     return build(executor.Options, raw, error=error, normalize_key=lambda key: str(key).replace("-", "_"),
                  prepare=prepare)

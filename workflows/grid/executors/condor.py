@@ -25,7 +25,7 @@ from ..batch_text import classad_string, condor_arguments, condor_text, job_name
 from ..errors import GridError, SubmitError
 from ..lifecycle import BatchStatus
 from .base import Executor
-from .slurm import _config_threads
+from .slurm import config_threads
 
 #: HTCondor JobStatus codes
 IDLE, RUNNING, REMOVED, COMPLETED, HELD, TRANSFERRING, SUSPENDED = 1, 2, 3, 4, 5, 6, 7
@@ -77,7 +77,7 @@ class CondorExecutor(Executor):
             "output": f"{logs}/condor-$(ClusterId).$(ProcId).out",
             "error": f"{logs}/condor-$(ClusterId).$(ProcId).err",
             "log": f"{logs}/condor-$(ClusterId).log",
-            "request_cpus": str(int(opts.request_cpus or _config_threads(task))),
+            "request_cpus": str(int(opts.request_cpus or config_threads(task))),
             "request_memory": opts.request_memory,
             "max_retries": str(int(task.description.max_retries)),
             "retry_until": "ExitCode == 2",

@@ -4,7 +4,9 @@
 terminal and returns, as ``sbatch`` does. The driver keeps at most ``max_running`` jobs in flight on
 a ``concurrent.futures.Executor`` (threads that start job processes, or a Dask client's executor),
 and when a job process dies without reporting (killed by a signal, out of memory) it writes the
-job's ``failed`` report with the cause. ``poll`` asks whether the driver process still lives: while
+job's ``failed`` report with the cause. The cap is the task's, not the driver's: a resubmission starts
+a second driver while the first still runs jobs, so every job also holds one of the task's
+:class:`Slots`. ``poll`` asks whether the driver process still lives: while
 it does, its jobs are pending or running; once it is gone, a job that never reported has failed.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import abc
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import psutil
 
+from ..errors import UnwritableRecord
 from ..lifecycle import UNKNOWN, BatchStatus
 from ..records import JobReport, read_json, write_json
 from ..task import Task
@@ -49,17 +53,25 @@ def run_job_process(python: str, directory: str, index: int, workdir: str, batch
 
 
 def describe_exit(code: int) -> str:
-    """``-9`` → ``killed by SIGKILL``; ``3`` → ``exited with status 3``."""
+    """``-9`` → ``killed by SIGKILL``; ``3`` → ``exited with status 3``; the wrapper's "cannot write" in words."""
+    from ..job import EXIT_UNWRITABLE  # here: the wrapper's imports would slow every ``sonic status``
+
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code == EXIT_UNWRITABLE:
+        return f"exited with status {code} (it could not write its record or log: full disk, quota or read-only folder)"
     return f"exited with status {code}"
 
 
 def record_lost(task: Task, index: int, code: int | None, cause: str) -> None:
-    """Writes ``failed`` for a job whose process ended without a final report of its own."""
+    """Writes ``failed`` for a job whose process ended without a final report of its own.
+
+    A report that cannot be written (the task folder filled up) is said in the driver's log, and the
+    driver goes on with the other jobs: dying here would leave every job it holds blamed on a dead driver.
+    """
     report = task.report(index)
     if report is not None and report.state != "running":
         return
@@ -68,23 +80,95 @@ def record_lost(task: Task, index: int, code: int | None, cause: str) -> None:
         return
     base = report or JobReport(attempt=submission.attempt, state="failed")
     base.state, base.ended, base.exit_code, base.reason = "failed", time.time(), code, cause
-    base.save(task.files(index).report)
+    try:
+        base.save(task.files(index).report)
+    except UnwritableRecord as err:
+        with contextlib.suppress(OSError):
+            print(f"driver {os.getpid()}: job {index} {cause}, and its report is not recorded: {err}", flush=True)
 
 
-def drive(task: Task, indices: list[int], pool: PoolExecutor, max_running: int, batch_id: str) -> None:
-    """Runs jobs ``indices`` on ``pool``, at most ``max_running`` at once, recording lost jobs."""
+class Slots:
+    """``max_running`` places to run a job, shared by every driver of a task on this host.
+
+    Each place is a lock file ``logs/slots/N.lock``; a driver runs a job only while it holds one (an
+    exclusive ``flock``, which the kernel releases when the driver dies, so a killed driver frees its
+    places). Two drivers of one task (a resubmission while the first submission still runs) thus run at
+    most ``max_running`` jobs together, not ``max_running`` each.
+    """
+
+    def __init__(self, task: Task, count: int):
+        self.folder = task.directory / "logs" / "slots"
+        self.count = count
+        self.held: dict[int, int | None] = {}  # place → open file descriptor holding its lock
+        self.shared = True
+
+    def take(self) -> int | None:
+        """A free place, now held by this driver; None when every place is held."""
+        for place in range(self.count):
+            if place in self.held:
+                continue
+            try:
+                fd = self._lock(place)
+            except BlockingIOError:
+                continue
+            except OSError as err:  # the lock files cannot be made (a full or read-only task folder)
+                if self.shared:
+                    print(f"driver {os.getpid()}: --max-running counts only this submission's jobs: {err}",
+                          flush=True)
+                self.shared, fd = False, None
+            self.held[place] = fd
+            return place
+        return None
+
+    def _lock(self, place: int) -> int | None:
+        """The descriptor holding place ``place`` (BlockingIOError: another driver holds it)."""
+        if not self.shared:
+            return None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder / f"{place}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def give(self, place: int) -> None:
+        fd = self.held.pop(place)
+        if fd is not None:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def drive(task: Task, indices: list[int], pool: PoolExecutor, max_running: int, batch_id: str,
+          poll_s: float = 0.5) -> None:
+    """Runs jobs ``indices`` on ``pool``, at most ``max_running`` at once across the task's drivers
+    (:class:`Slots`), recording lost jobs."""
     waiting = list(indices)
-    running: dict[Future, int] = {}
+    running: dict[Future, tuple[int, int]] = {}  # → (job, place)
     description = task.description
+    slots = Slots(task, max_running)
+    told = False
     while waiting or running:
         while waiting and len(running) < max_running:
+            place = slots.take()
+            if place is None:
+                if not told:
+                    print(f"driver {os.getpid()}: waiting for a place to run: the task's {max_running} places "
+                          f"(--max-running) are in use, some by another submission's jobs", flush=True)
+                    told = True
+                break
             index = waiting.pop(0)
             future = pool.submit(run_job_process, description.python, str(task.directory), index, description.workdir,
                                  batch_id)
-            running[future] = index
-        finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            running[future] = (index, place)
+        if not running:
+            time.sleep(poll_s)  # every place is held by another driver: look again soon
+            continue
+        blocked = bool(waiting) and len(running) < max_running
+        finished, _ = wait(list(running), timeout=poll_s if blocked else None, return_when=FIRST_COMPLETED)
         for future in finished:
-            index = running.pop(future)
+            index, place = running.pop(future)
+            slots.give(place)
             try:
                 code = future.result()
             except Exception as err:  # noqa: BLE001 - e.g. dask's KilledWorker: the job is lost, say why
@@ -174,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     indices = [int(i) for i in args.jobs.split(",") if i]
     print(f"driver {os.getpid()} on {socket.gethostname()}: {len(indices)} jobs, at most {args.max_running} "
           f"at once ({args.executor})", flush=True)
-    with _ignore_hangup(), executor.pool(args.max_running) as pool:
+    with _ignore_hangup(), executor.pool(min(args.max_running, len(indices))) as pool:
         drive(task, indices, pool, args.max_running, driver_id(args.executor, os.getpid(), socket.gethostname()))
     print(f"driver {os.getpid()}: all jobs ended", flush=True)
     return 0

@@ -1,10 +1,12 @@
 """``slurm``: one job array per submission (``sbatch --array=...%N``), watched with squeue and sacct.
 
 The array's ``%N`` throttle is Slurm's own cap on running tasks, so ``--max-running`` holds even
-when this machine is off. Task ids above Slurm's MaxArraySize (1001 by default) go into further
-arrays with an index offset (the cap then holds per array). Each array task runs the job wrapper,
-which writes its own log; Slurm's output (``logs/slurm-<array>_<task>.out``) only catches what
-happens before the wrapper starts.
+when this machine is off. The throttle counts only its own array, so a resubmission whose jobs, with
+those of earlier arrays of the task still queued or running, could exceed the cap waits for those
+arrays (``--dependency=afterany``): retried jobs start once they have ended, never beside them above
+it. Task ids above Slurm's MaxArraySize (1001 by default) go into further arrays with an index offset
+(the cap then holds per array). Each array task runs the job wrapper, which writes its own log;
+Slurm's output (``logs/slurm-<array>_<task>.out``) only catches what happens before the wrapper starts.
 
 ``poll`` asks ``squeue`` (which knows pending, running and recently ended jobs), then ``sacct``
 for jobs squeue has forgotten; without accounting, a job Slurm no longer knows has ended.
@@ -69,8 +71,9 @@ class SlurmExecutor(Executor):
         for extra in opts.extra:
             sbatch_option(extra, "slurm option extra")
 
-    def script(self, indices: list[int], offset: int, max_running: int | None) -> str:
-        """The batch script of one array (job index = array index + offset).
+    def script(self, indices: list[int], offset: int, max_running: int | None, after: tuple[str, ...] = ()) -> str:
+        """The batch script of one array (job index = array index + offset), started only after the arrays
+        ``after`` have ended.
 
         Every value is checked and quoted (:mod:`..batch_text`): a name or path with a line break is
         refused, the job name is sanitised, a path with spaces stays one value.
@@ -79,7 +82,7 @@ class SlurmExecutor(Executor):
         task = self.task
         directory = plain(str(task.directory), "task directory")
         array = compress([i - offset for i in indices]) + (f"%{max_running}" if max_running else "")
-        cpus = opts.cpus_per_task or _config_threads(task)
+        cpus = opts.cpus_per_task or config_threads(task)
         lines = ["#!/bin/bash", f"#SBATCH --job-name={job_name('sonic-' + task.name)}", f"#SBATCH --array={array}",
                  f"#SBATCH --output={sbatch_value(f'{directory}/logs/slurm-%A_%a.out', 'task directory')}",
                  f"#SBATCH --chdir={sbatch_value(task.description.workdir, 'working directory')}",
@@ -89,6 +92,8 @@ class SlurmExecutor(Executor):
             if value:
                 lines.append(f"#SBATCH --{option}={sbatch_value(value, f'slurm option {option}')}")
         lines += [f"#SBATCH {sbatch_option(extra, 'slurm option extra')}" for extra in opts.extra]
+        if after:
+            lines.append(f"#SBATCH --dependency=afterany:{':'.join(str(int(a)) for a in after)}")
         python, module, name = self.job_command("")[:3]
         lines += ["", f"# task {directory}: jobs {compress(indices)}",
                   f"exec {shell_words([python, module, name, directory], 'job command')} \"$SLURM_ARRAY_TASK_ID\" "
@@ -101,9 +106,10 @@ class SlurmExecutor(Executor):
         windows: dict[int, list[int]] = {}
         for index in sorted(indices):
             windows.setdefault(index // size * size, []).append(index)
+        after = self._earlier_arrays(indices, max_running) if max_running else ()
         for offset, window in windows.items():
             path = self.task.directory / "logs" / f"slurm-submit-{time.strftime('%Y%m%d-%H%M%S')}-{offset}.sh"
-            path.write_text(self.script(window, offset, max_running))
+            path.write_text(self.script(window, offset, max_running, after))
             result = run_command(["sbatch", "--parsable", str(path)], "sbatch")
             if result.returncode != 0:
                 message = f"sbatch refused {path}: {result.stderr.strip() or result.stdout.strip()}"
@@ -124,6 +130,19 @@ class SlurmExecutor(Executor):
         for index, batch_id in batch_ids.items():
             out[index] = seen.get(batch_id, BatchStatus("ended", "no longer known to Slurm"))
         return out
+
+    def _earlier_arrays(self, indices: list[int], max_running: int) -> tuple[str, ...]:
+        """The arrays a new one of ``indices`` must wait for: the task's other arrays still queued or running,
+        when their tasks and ``indices`` together could run more than ``max_running`` at once."""
+        chosen = set(indices)
+        submissions = [self.task.submission(i) for i in self.task.indices if i not in chosen]
+        arrays = sorted({s.batch_id.split("_")[0] for s in submissions if s is not None and s.batch_id})
+        if not arrays:
+            return ()
+        active = [b for b, status in self._squeue(arrays).items() if status.state in ("pending", "running")]
+        if len(active) + len(indices) <= max_running:
+            return ()  # a fleet adding a server beside the running ones, a small resubmission
+        return tuple(sorted({b.split("_")[0] for b in active}))
 
     @staticmethod
     def _status(state: str, reason: str) -> BatchStatus:
@@ -165,7 +184,7 @@ class SlurmExecutor(Executor):
         return out
 
 
-def _config_threads(task: Task) -> int:
+def config_threads(task: Task) -> int:
     raw = yaml.safe_load((task.directory / "config.yaml").read_text()) or {}
     return int((raw.get("options") or {}).get("threads", 1)) or 1
 

@@ -10,7 +10,9 @@ rest is the same for every engine:
 * when that call fails, each request is run alone, so a bad request fails alone, each with its own
   ``TritonError`` (one error object shared by several responses of a batched execution crashes the server);
 * nothing escapes ``execute`` (the stub would fail every request of the execution with one generic
-  message that names no culprit).
+  message that names no culprit);
+* the model file is checked before the engine opens it (``model_file.py``: empty, not a model of its
+  kind, truncated, too large): such a model fails to load with one line naming the file and why.
 
 Only numpy is imported here; this file runs in the stub's interpreter, which may not have sonic-hep.
 ``stub_tensors.py`` (numpy 1 or 2 across the stub's boundary) is found beside the onnxruntime backend.
@@ -28,6 +30,8 @@ import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "onnxruntime"))
 from stub_tensors import from_numpy, to_numpy  # noqa: E402  (found through the path above)
+
+from model_file import kind_of, problem  # noqa: E402  (beside this file, on the path the backends' model.py set)
 
 
 class BatchedModel:
@@ -65,7 +69,18 @@ class BatchedModel:
         self.output_types = {spec["name"]: pb_utils.triton_string_to_numpy(spec["data_type"])
                              for spec in self.config["output"]}
         filename = self.config.get("default_model_filename") or self.default_filename()
-        self.runner = self.open(os.path.join(args["model_repository"], args["model_version"], filename), args)
+        # the user's file, not the runtime repository's link to it, is what messages name
+        path = os.path.realpath(os.path.join(args["model_repository"], args["model_version"], filename))
+        kind = kind_of(self.config.get("backend", ""), self.config.get("platform", ""))
+        unloadable = problem(path, kind)
+        if unloadable:  # this model fails to load, with the reason; the server and its other models go on
+            raise ValueError(f"model {self.name!r}: {unloadable}")
+        try:
+            self.runner = self.open(path, args)
+        except Exception as err:  # noqa: BLE001 - engines' errors have no common base; said as backend.cc says it
+            lines = str(err).strip().splitlines()
+            raise RuntimeError(f"model {self.name!r}: {self.engine} cannot open {path}: "
+                               f"{lines[-1] if lines else type(err).__name__}") from None
 
     def execute(self, requests: list) -> list:
         """Runs the requests Triton batched together; one response per request, in order."""

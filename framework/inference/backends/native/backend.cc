@@ -13,14 +13,19 @@
 //  * optimization.graph.level and the intra_op_thread_count / inter_op_thread_count parameters, as the
 //    official backend reads them; SONIC_ORT_THREADS sets the default intra-op threads;
 //  * statistics: per request and per execution, reported to Triton;
-//  * labels: Triton's core does classification from the config's label files.
+//  * labels: Triton's core does classification from the config's label files;
+//  * a bad model file (empty, not ONNX, truncated, over 2 GiB: onnx_file_problem, the rules of
+//    common/model_file.py) or one onnxruntime refuses fails that model's load with one line naming the file;
+//    the server and its other models go on.
 //
 // The onnxruntime library is opened by its full path (SONIC_ORT_LIBRARY, fixed when build.py compiles this
 // file), so the server needs no LD_LIBRARY_PATH for it.
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -372,6 +377,65 @@ int positive_int(const std::string& text, int fallback) {
   return (*end == 0 && v >= 0 && v < 4096) ? static_cast<int>(v) : fallback;
 }
 
+// What is wrong with the ONNX file at `path`, in one line naming it ("" when it looks like a model): the rules
+// and messages of backends/common/model_file.py. onnxruntime answers an empty, random or cut file with a bare
+// "Protobuf parsing failed"; this says which of them it is, from the size and the top-level fields of the
+// ModelProto (payloads are skipped with a seek: a 1 GB file costs a few reads, never its size in memory).
+std::string onnx_file_problem(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) return path + " cannot be read: " + std::strerror(errno);
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  if (size == 0) return path + " is empty (0 bytes)";
+  if (size > 0x7fffffffull)
+    return path + " is " + std::to_string(size) + " bytes, more than the 2 GiB a protobuf can hold (an ONNX model "
+                  "that large keeps its weights in external data files)";
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) return path + " cannot be read: " + std::strerror(errno);
+  auto varint = [&](uint64_t* out) {  // false: the file ends inside it, or it is longer than 10 bytes
+    *out = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+      int byte = std::fgetc(file.get());
+      if (byte == EOF) return false;
+      *out |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (byte < 0x80) return true;
+    }
+    return false;
+  };
+  struct Field { int number; const char* name; int wire; };  // onnx.ModelProto's top-level fields
+  static const Field kFields[] = {{1, "ir_version", 0},     {2, "producer_name", 2}, {3, "producer_version", 2},
+                                  {4, "domain", 2},         {5, "model_version", 0}, {6, "doc_string", 2},
+                                  {7, "graph", 2},          {8, "opset_import", 2},  {14, "metadata_props", 2},
+                                  {20, "training_info", 2}, {25, "functions", 2},    {26, "configuration", 2}};
+  bool seen_ir_version = false, seen_graph = false;
+  uint64_t start;
+  while ((start = static_cast<uint64_t>(ftello(file.get()))) < size) {
+    std::string not_onnx =
+        path + " is not an ONNX model (no ONNX ModelProto field at byte " + std::to_string(start) + ")";
+    uint64_t key = 0;
+    const Field* field = nullptr;
+    if (varint(&key))
+      for (const Field& f : kFields)
+        if (static_cast<uint64_t>(f.number) == key >> 3 && static_cast<uint64_t>(f.wire) == (key & 7)) field = &f;
+    if (!field) return not_onnx;
+    uint64_t length = 0;
+    bool complete = varint(&length);
+    uint64_t need = field->wire == 0 ? 0 : length;
+    uint64_t left = size - static_cast<uint64_t>(ftello(file.get()));
+    if (!complete || need > left) {
+      if (!seen_ir_version) return not_onnx;
+      std::string needs =
+          complete ? "needs " + std::to_string(need) + " bytes, " + std::to_string(left) + " are left" : "is cut off";
+      return path + " is truncated (" + std::to_string(size) + " bytes): its " + field->name + " field at byte " +
+             std::to_string(start) + " " + needs;
+    }
+    if (fseeko(file.get(), static_cast<off_t>(need), SEEK_CUR) != 0)
+      return path + " cannot be read: " + std::strerror(errno);
+    seen_ir_version = seen_ir_version || field->number == 1;
+    seen_graph = seen_graph || field->number == 7;
+  }
+  return seen_graph ? "" : path + " is not an ONNX model (it has no graph)";
+}
+
 TE* load_model(TRITONBACKEND_Model* handle, Model* model) {
   const char* name = nullptr;
   uint64_t version = 0;
@@ -396,6 +460,12 @@ TE* load_model(TRITONBACKEND_Model* handle, Model* model) {
   std::string file = config.str("default_model_filename", "model.onnx");
   if (file.empty()) file = "model.onnx";
   model->path = std::string(location) + "/" + std::to_string(version) + "/" + file;
+  if (char* real = realpath(model->path.c_str(), nullptr)) {  // the user's file, not the runtime repository's link
+    model->path = real;
+    std::free(real);
+  }
+  std::string unloadable = onnx_file_problem(model->path);  // this model fails to load, the server goes on
+  if (!unloadable.empty()) return error(kTritonErrorInvalidArg, "model '" + model->name + "': " + unloadable);
   model->max_batch = config.integer("max_batch_size", 0);
   if ((err = parse_tensors(*model, config, "input", &model->inputs))) return err;
   if ((err = parse_tensors(*model, config, "output", &model->outputs))) return err;
@@ -860,7 +930,7 @@ SONIC_EXPORT TE* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* handle) {
   void* state = nullptr;
   TE* err = TRITONBACKEND_ModelState(handle, &state);
   if (err) return err;
-  delete static_cast<Model*>(state);
+  delete static_cast<Model*>(state);  // null when its initialisation failed
   return nullptr;
 }
 
@@ -898,6 +968,9 @@ SONIC_EXPORT TE* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance
   void* state = nullptr;
   TE* err = TRITONBACKEND_ModelInstanceState(handle, &state);
   if (err) return err;
+  // Triton finalizes an instance whose initialisation failed too, before any state was set: without this
+  // check one unloadable model file took the whole server down (SIGSEGV) instead of failing alone
+  if (!state) return nullptr;
   auto* self = static_cast<Instance*>(state);
   if (self->session) g_runtime->ort.ReleaseSession(self->session);
   delete self;

@@ -1,31 +1,38 @@
-"""Testing helpers for module authors (:func:`run_module`), and modules for tests and framework benchmarks:
-do-nothing work and external work that only waits.
+"""A test bench for module authors (CMSSW's ``TestProcessor``): run one module on columns you give it, with the
+framework's own checks, and look at what it put.
 
-Test your own module in a few lines, without ROOT files or a configuration::
+::
 
-    from sonic_hep.modules.common.testing import run_module
+    import awkward as ak
+    from sonic_hep.framework.testing import run_module
 
     jets = ak.Array([{"pt": [50.0, 20.0]}, {"pt": []}])
     run = run_module(JetPtSum, {"Jet": jets})
     assert run.products["ht"] == [70.0, 0.0]
+
+A module that runs models gets an inference client through ``inference=``: a
+:class:`~sonic_hep.framework.inference.fake.FakeClient` that answers with python functions (no model files),
+or a real client: ``inference={"mode": "direct", "repository": ["data/models/demo"]}`` builds the same
+client a job's ``services.inference`` section builds (``"mode": "sonic"`` with ``servers`` or a local
+fallback server), and closes it when the run ends.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from ...framework import Analyzer, ExternalWork, InputTag, Module, Output, Param, Producer, delayed
-from ...framework.batch import Batch, EventBatch, concatenate
-from ...framework.errors import ModuleError
-from ...framework.event import Chunk, Event, EventView
-from ...framework.futures import as_future
-from ...framework.scheduler import kind_of
+from .batch import Batch, EventBatch, concatenate
+from .errors import ModuleError
+from .event import Chunk, Event, EventView
+from .futures import as_future
+from .module import Analyzer, Module
+from .scheduler import kind_of
+from .services import service_class
 
 
 @dataclass
@@ -53,8 +60,8 @@ class ModuleRun:
 
 
 def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str = "module",
-               services: Mapping[str, Any] | None = None, events_per_call: int | None = None,
-               **params: Any) -> ModuleRun:
+               services: Mapping[str, Any] | None = None, inference: Any = None,
+               events_per_call: int | None = None, **params: Any) -> ModuleRun:
     """Runs one module over events, calling it as the scheduler does (its kind's method; for external work
     ``acquire``, the awaited result, then ``produce``), with the same checks: parameters validated against
     the class's declarations, only declared inputs readable, only declared products writable. A columnar
@@ -66,7 +73,10 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
         inputs (Mapping[str, Any]): the event's columns by the keys the module consumes: one entry per event
             (an awkward array of records for a collection, a numpy array for a branch, upstream products).
         label (str): the module's label (its products are ``<label>:<instance>``).
-        services (Mapping[str, Any] | None): services it ``requires`` (an inference client ...).
+        services (Mapping[str, Any] | None): services it ``requires``, by name.
+        inference: the ``inference`` service's client: an :class:`~.inference.InferenceClient` (a fake one
+            for unit tests), or a ``services.inference`` settings dict, from which the run builds the real
+            client and closes it at the end.
         events_per_call (int | None): events per call of a columnar module (None: all events in one call).
         **params: parameter values, as in a configuration.
 
@@ -78,6 +88,12 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
     """
     module = module_type(label, module_type.validate_params(params))
     module.services = dict(services or {})
+    owned = None
+    if isinstance(inference, Mapping):
+        owned = service_class("inference")(dict(inference))  # found as a job finds it, by name
+        module.services["inference"] = owned
+    elif inference is not None:
+        module.services["inference"] = SimpleNamespace(client=inference)
     lengths = {len(column) for column in inputs.values()}
     if len(lengths) > 1:
         raise ValueError(f"inputs have different numbers of events: { {k: len(v) for k, v in inputs.items()} }")
@@ -103,7 +119,11 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
         if isinstance(module, Analyzer):
             run.histograms = dict(module.histograms())
     finally:
-        module.end_job()
+        try:
+            module.end_job()
+        finally:
+            if owned is not None:
+                owned.end_job()
     return run
 
 
@@ -122,111 +142,3 @@ def _call(module: Module, view: Any, batch: Batch) -> Any:
     except Exception as err:
         raise ModuleError(module.label, batch.describe(), phase, err) from err
     return np.asarray(outcome, dtype=bool) if kind.filters else True
-
-
-class NullProducer(Producer):
-    """Puts its event index and does nothing else: measures the scheduler's own cost per module call."""
-
-    src = InputTag("", doc="optional upstream key, to chain null modules", optional=True)
-    value = Output("int: the event index")
-
-    def produce(self, event):
-        if self.src:
-            event.get(self.src)
-        event.put("value", event.index)
-
-
-class BusyProducer(Producer):
-    """Spins the CPU for ``ms`` milliseconds (holding the GIL), then puts the event index."""
-
-    ms = Param(float, 1.0, doc="CPU time to burn per event (ms)")
-    value = Output("int: the event index")
-
-    def produce(self, event):
-        end = time.perf_counter() + self.ms / 1000
-        while time.perf_counter() < end:
-            pass
-        event.put("value", event.index)
-
-
-class SleepExternal(ExternalWork):
-    """External work that completes after ``ms`` milliseconds without holding any thread.
-
-    Stands in for a remote call: proves the worker is free while the request is in flight.
-    """
-
-    ms = Param(float, 100.0, doc="time until the external result arrives (ms)")
-    value = Output("int: the event index, returned by the external work")
-
-    def acquire(self, event):
-        return delayed(event.index, self.ms / 1000)
-
-    def produce(self, event, result):
-        event.put("value", result)
-
-
-class WaitForFile(Producer):
-    """Holds every event until ``path`` exists (polling; no CPU burnt), then puts the event index.
-
-    Lets a test (or an operator rehearsing failure handling) freeze a job at a known point, then cancel,
-    kill or release it deterministically instead of racing the job's speed.
-    """
-
-    path = Param(str, doc="file whose existence releases the events")
-    timeout_s = Param(float, 300.0, doc="give up (and fail the event) after this many seconds")
-    value = Output("int: the event index")
-
-    def produce(self, event):
-        deadline = time.monotonic() + self.timeout_s
-        while not os.path.exists(self.path):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.path} did not appear within {self.timeout_s} s")
-            time.sleep(0.05)
-        event.put("value", event.index)
-
-
-# Columnar twins (``columnar = True``: one call per batch of events), for the framework benchmarks: the cost
-# of a module call amortised over the events of a batch, against the per-event modules above.
-
-
-class ColumnarNullProducer(Producer):
-    """Puts its events' indices and does nothing else: the scheduler's own cost per columnar call."""
-
-    columnar = True
-    src = InputTag("", doc="optional upstream key, to chain null modules", optional=True)
-    value = Output("int: the event index")
-
-    def produce(self, events):
-        if self.src:
-            events.get(self.src)
-        events.put("value", events.index)
-
-
-class ColumnarBusyProducer(Producer):
-    """Spins the CPU for ``ms`` milliseconds per event of the call (holding the GIL), then puts the indices:
-    the same CPU per event as :class:`BusyProducer`, in one call per batch."""
-
-    columnar = True
-    ms = Param(float, 1.0, doc="CPU time to burn per event (ms)")
-    value = Output("int: the event index")
-
-    def produce(self, events):
-        end = time.perf_counter() + len(events) * self.ms / 1000
-        while time.perf_counter() < end:
-            pass
-        events.put("value", events.index)
-
-
-class ColumnarSleepExternal(ExternalWork):
-    """External work for a whole batch that completes after ``ms`` milliseconds without holding any thread:
-    one remote call per batch, as a columnar inference producer makes."""
-
-    columnar = True
-    ms = Param(float, 100.0, doc="time until the external result for the batch arrives (ms)")
-    value = Output("int: the event index, returned by the external work")
-
-    def acquire(self, events):
-        return delayed(events.index, self.ms / 1000)
-
-    def produce(self, events, result):
-        events.put("value", result)
