@@ -1,13 +1,14 @@
 # sonic-hep: two commands set everything up on a fresh machine (see README.md)
 #   make demo   install, generate sample events, run the MiniAOD workflow direct and through a local Triton server
 #   make test   install everything the tests need (pip, and Slurm, g++, XRootD, h2load from apt when missing) and run the test suite
+#   make docs   build the documentation site into build/site (mkdocs, strict: a broken link fails)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # torch is only needed to retrain models: installed when this machine has a local CPU wheel (never a CUDA download)
 TORCH_WHEEL = $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 
-.PHONY: demo test install install-test system-deps bench clean
+.PHONY: demo test install install-test system-deps bench docs clean
 
 # benchmark results go to a git-ignored folder (build/), never beside the sources
 BENCH_OUT ?= build/bench
@@ -48,6 +49,12 @@ demo: install
 
 test: install-test
 	$(BIN)/python -m pytest -q -ra --durations=25
+
+# the site goes to build/site (git-ignored); `$(BIN)/mkdocs serve` shows it while you edit
+docs: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "== the site is in build/site (open build/site/index.html)"
 
 bench: install
 	$(BIN)/sonic bench framework --out $(BENCH_OUT)/framework

@@ -181,7 +181,11 @@ def _draw_with_matplotlib(mg: ModuleGraph, modules: dict[str, Module], stream: B
     size = {n: (0.075 * max(map(len, texts[n].split("\n"))) + 0.3, 0.17 * (texts[n].count("\n") + 1) + 0.2)
             for n in g.nodes}
     col_width = [max(size[n][0] for n in col) for col in columns]
-    gap_x, gap_y = 0.9, 0.35
+    # the product keys along module-to-module edges, as the DOT picture has them; columns part wide enough
+    edge_texts = {(a, b): edge_label(list(data["keys"])) for a, b, data in mg.graph.edges(data=True)
+                  if data.get("keys")}
+    widest = max((max(map(len, text.split("\n"))) for text in edge_texts.values()), default=0)
+    gap_x, gap_y = max(0.9, 0.065 * widest + 0.3), 0.35
     heights = [sum(size[n][1] for n in col) + gap_y * (len(col) - 1) for col in columns]
     width, height = sum(col_width) + gap_x * (len(columns) + 1), max(heights, default=1) + 2 * gap_y
     pos: dict[str, tuple[float, float]] = {}
@@ -213,6 +217,11 @@ def _draw_with_matplotlib(mg: ModuleGraph, modules: dict[str, Module], stream: B
         ax.annotate("", xy=(xb - size[b][0] / 2, yb), xytext=(xa + size[a][0] / 2, ya), zorder=1,
                     arrowprops={"arrowstyle": "-|>", "color": "#555555", "lw": 0.8, "shrinkA": 0, "shrinkB": 2,
                                 "connectionstyle": f"arc3,rad={bend}"})
+        if (a, b) in edge_texts:  # at the middle of the arc (a quadratic curve: half its control point's offset)
+            (x0, y0), (x1, y1) = (xa + size[a][0] / 2, ya), (xb - size[b][0] / 2, yb)
+            ax.text((x0 + x1) / 2 + bend * (y1 - y0) / 2, (y0 + y1) / 2 - bend * (x1 - x0) / 2, edge_texts[a, b],
+                    ha="center", va="center", fontsize=7, color="#333333", family="sans-serif", zorder=1.5,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     for n, (cx, cy) in pos.items():
         w, h = size[n]
         module = modules.get(n)

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from sonic_hep.framework.paths import PROJECT_ROOT as PROJECT
+from sonic_hep.framework.paths import shared_folder
 from tests.grid.slurm_cluster import MiniSlurm, missing_programs
 
-PROJECT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SONIC_HEP_SHARED", PROJECT.parent / "shared"))
+SHARED = shared_folder()
 
 
 def shared_path(*parts: str) -> Path:
@@ -49,3 +50,20 @@ def slurm(tmp_path_factory) -> MiniSlurm:
     cluster = MiniSlurm(tmp_path_factory.mktemp("slurm")).start()
     yield cluster
     cluster.stop()
+
+
+#: folders whose tests run whole commands, jobs, task directories or clusters, end to end
+END_TO_END_FOLDERS = ("grid", "reliability", "workflows")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the fast loop (``pytest -m unit``, see CONTRIBUTING.md) here rather than on every test: a test is
+    ``integration`` when it lives in an end-to-end folder or runs the command line in a subprocess
+    (``sonic_cli``), and ``unit`` when it is none of integration, triton, slurm or slow."""
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        folder = path.relative_to(PROJECT / "tests").parts[0] if path.is_relative_to(PROJECT / "tests") else ""
+        if folder in END_TO_END_FOLDERS or "sonic_cli" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+        if not any(item.get_closest_marker(name) for name in ("integration", "triton", "slurm", "slow")):
+            item.add_marker(pytest.mark.unit)

@@ -102,6 +102,28 @@ def test_png_without_graphviz_is_drawn_by_matplotlib(tmp_path, monkeypatch):
     assert stream.getvalue()[:4] == b"\x89PNG"
 
 
+def test_matplotlib_drawing_puts_the_product_keys_on_the_edges(tmp_path, monkeypatch):
+    """Without Graphviz the picture must say the same as with it: each module-to-module edge carries the
+    product keys it stands for (read from the figure's texts just before it is saved)."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    from sonic_hep.framework import graph_drawing
+
+    texts: list[str] = []
+    save = Figure.savefig
+
+    def record(figure, *args, **kwargs):
+        texts.extend(text.get_text() for axes in figure.axes for text in axes.texts)
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    p = drawing_process(tmp_path)
+    assert graph_drawing.draw_png(p.graph, p.prototypes, io.BytesIO(), graphviz=False) == "matplotlib"
+    assert "a:value" in texts, texts  # the one edge a -> b is labelled with the key b consumes
+
+
 @pytest.mark.skipif(__import__("shutil").which("dot") is None, reason="Graphviz's dot is not installed")
 def test_png_with_graphviz_is_drawn_by_dot(tmp_path):
     import io

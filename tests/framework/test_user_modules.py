@@ -1,6 +1,6 @@
 """A user's own module file, no packaging: `imports:` in the configuration (or `type: file.Class`), listed by
 `sonic describe`, run through the CLI, the Python API and grid job configs, tested with run_module; missing
-files, modules and classes are one line naming them. The README tutorial is run here as written."""
+files, modules and classes are one line naming them. The tutorial of docs/modules.md is run here as written."""
 
 from __future__ import annotations
 
@@ -18,11 +18,10 @@ from sonic_hep.framework import ConfigError, Process, load, run
 from sonic_hep.framework.errors import ParamError
 from sonic_hep.framework.registry import UserModuleError, import_user_module, lookup
 
-#: the README tutorial's module file, verbatim
+#: the tutorial's module file (docs/modules.md), verbatim
 TUTORIAL_MODULES = '''\
-"""my_analysis.py: my own modules, next to my configuration."""
+"""My own modules, next to my configuration."""
 import awkward as ak
-import numpy as np
 
 from sonic_hep.framework import Filter, InputTag, Output, Param, Producer
 
@@ -48,7 +47,7 @@ class HardEvent(Filter):
         return event.get(self.src) > self.min_pt
 '''
 
-#: the README tutorial's configuration, verbatim (files are given on the command line)
+#: the tutorial's configuration (docs/modules.md), verbatim (files are given on the command line)
 TUTORIAL_CONFIG = '''\
 process: mine
 imports: [my_analysis]          # my_analysis.py beside this file (or on PYTHONPATH)
@@ -106,10 +105,10 @@ def test_tutorial_through_the_python_api_and_run_module(tutorial, nano_files, mo
     assert (result.modules["hard"].passed, result.modules["hard"].failed) == \
         (result.written, len(lead) - result.written)
 
-    # the project's testing helper, as the README shows
+    # the project's testing helper, as docs/modules.md shows
     from my_analysis import HardEvent, LeadingJetPt
 
-    from sonic_hep.modules.common.testing import run_module
+    from sonic_hep.framework.testing import run_module
 
     jets = ak.Array([{"pt": [50.0, 120.0]}, {"pt": []}, {"pt": [90.0]}])
     producer = run_module(LeadingJetPt, {"Jet": jets}, label="lead")
@@ -210,6 +209,6 @@ def test_a_refused_namesake_of_an_imported_module_leaves_sys_path_alone(tutorial
     assert sys.path == before
 
 
-def test_the_readme_shows_the_tutorial_this_file_runs():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert TUTORIAL_MODULES in readme and TUTORIAL_CONFIG in readme
+def test_the_docs_show_the_tutorial_this_file_runs():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "modules.md").read_text()
+    assert TUTORIAL_MODULES in page and TUTORIAL_CONFIG in page

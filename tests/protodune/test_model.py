@@ -142,6 +142,7 @@ def test_pin_gpu_onnx_changes_only_the_onnx_checksum(tmp_path):
 def test_channels_last_rows_match_a_channels_last_flattening():
     """Row r of the permuted matrix multiplies the activation element that a channels-last flattening
     puts at position r: the product equals the channel-first one on any activation."""
+    pytest.importorskip("torch")  # the model file imports it (a job's environment needs torch only to retrain)
     from sonic_hep.workflows.bench._torch_client import load_model_file
 
     module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
@@ -160,6 +161,7 @@ def test_shared_memory_mappings_find_a_pool_in_dev_shm():
     process's mappings (a mapping of a file in /dev/shm), with its whole address range."""
     from multiprocessing import shared_memory
 
+    pytest.importorskip("torch")  # the model file imports it
     from sonic_hep.workflows.bench._torch_client import load_model_file
 
     module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
@@ -177,8 +179,7 @@ def test_shared_memory_mappings_find_a_pool_in_dev_shm():
 def test_host_waits_are_set_on_the_primary_context_and_failures_reported():
     """``sync: blocking`` reaches the driver as the blocking-sync flag of the instance's device; a
     driver error is reported, not raised (only speed depends on it); an unknown value is an error."""
-    import torch
-
+    torch = pytest.importorskip("torch")  # the model file imports it
     from sonic_hep.workflows.bench._torch_client import load_model_file
 
     module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")
@@ -208,6 +209,7 @@ def test_on_a_cpu_the_network_runs_short_passes_whatever_the_gpu_chunk():
     """The GPU entry's 16384-patch passes would need ~6 GB of float32 activation per pass on a CPU
     (the fallback server, or direct mode without a GPU): there it runs at most CPU_CHUNK at a time."""
     from sonic_hep.framework.inference.repository import ModelRepository
+    pytest.importorskip("torch")  # the model file imports it
     from sonic_hep.workflows.bench._torch_client import load_model_file
 
     module = load_model_file(GPU_REPOSITORY / "emtrkmichelid" / "1" / "model.py")

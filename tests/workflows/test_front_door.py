@@ -25,8 +25,10 @@ DEVELOPMENT_WORDS = re.compile(r"\.\./shared|\blent\b|lent_node|\bthe seeds\b|\b
 
 
 def front_door_texts() -> list[Path]:
-    """The files a user reads: READMEs, .gitignore, shipped configurations, committed benchmark reports."""
-    return [PROJECT / "README.md", PROJECT / ".gitignore", PROJECT / "workflows/bench/offline_run.sh",
+    """The files a user reads: READMEs, the documentation, .gitignore, shipped configurations, committed
+    benchmark reports."""
+    return [PROJECT / "README.md", PROJECT / "CONTRIBUTING.md", *sorted((PROJECT / "docs").rglob("*.md")),
+            PROJECT / ".gitignore", PROJECT / "workflows/bench/offline_run.sh",
             *sorted((PROJECT / "modules").glob("*/README.md")), *sorted((PROJECT / "configs").glob("*.yaml")),
             *sorted((PROJECT / "workflows/bench/results").rglob("*.md"))]
 

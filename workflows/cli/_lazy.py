@@ -47,7 +47,8 @@ def add_lazy(subparsers: argparse._SubParsersAction, name: str, module: str, pro
     stub = subparsers.add_parser(name, help=doc.splitlines()[0] if doc else "", add_help=False)
     stub.add_argument("arguments", nargs=argparse.REMAINDER)
 
-    def run(args: argparse.Namespace) -> int:
+    def full_parser() -> argparse.ArgumentParser:
+        """The command's real parser (imports its module): what runs it, and what the CLI reference shows."""
         from . import Parser  # the package imports this module while it builds its parser
 
         impl = importlib.import_module(module)
@@ -61,7 +62,13 @@ def add_lazy(subparsers: argparse._SubParsersAction, name: str, module: str, pro
         impl.add_arguments(parser)
         if not any("-v" in action.option_strings for action in parser._actions):  # noqa: SLF001
             parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
-        inner = parser.parse_args(args.arguments)
+        return parser
+
+    stub.full_parser = full_parser  # type: ignore[attr-defined]
+
+    def run(args: argparse.Namespace) -> int:
+        impl = importlib.import_module(module)
+        inner = full_parser().parse_args(args.arguments)
         if getattr(inner, "verbose", False) and not args.verbose:  # -v after NAME: as if given after sonic
             args.verbose = True  # the caller's namespace: tracebacks are shown on failure
             logging.getLogger().setLevel(logging.DEBUG)
