@@ -10,8 +10,8 @@ TORCH_WHEEL = $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 
 .PHONY: demo test install install-test system-deps bench docs clean
 
-# benchmark results go to a git-ignored folder (build/), never beside the sources
-BENCH_OUT ?= build/bench
+# `sonic bench NAME` writes to build/bench-NAME (git-ignored), never beside the sources; docs/benchmarks.md
+# holds the curated results
 
 $(BIN)/python:
 	@echo "== [1/2] creating the virtual environment $(VENV)"
@@ -57,8 +57,8 @@ docs: $(BIN)/python
 	@echo "== the site is in build/site (open build/site/index.html)"
 
 bench: install
-	$(BIN)/sonic bench framework --out $(BENCH_OUT)/framework
-	@echo "== results in $(BENCH_OUT)/framework"
+	$(BIN)/sonic bench framework --out build/bench-framework
+	@echo "== results in build/bench-framework"
 
 clean:
 	rm -rf $(VENV) $(VENV)-numpy2 $(VENV)-tf *.egg-info .pytest_cache

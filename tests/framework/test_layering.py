@@ -49,8 +49,6 @@ def project_imports() -> list[Import]:
     found = []
     for room in ROOMS:
         for path in sorted((PROJECT / room).rglob("*.py")):
-            if "results" in path.parts:
-                continue
             importer, package = _module_name(path)
             here = importer.split(".") if package else importer.split(".")[:-1]
             for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -492,7 +492,7 @@ def test_cuda_sessions_of_direct_and_python_served_models_compute_in_full_fp32(m
     """Direct inference and the python-based backend open sessions through ``open_session``; on CUDA it turns
     TF32 off, as the native backend does (TF32 moved ParticleNet's GPU scores by up to 5e-2 from the CPU's).
     An option the caller set wins, and providers other than CUDA pass unchanged. (No GPU here: the session
-    is a stand-in that records its providers; the GPU run is in workflows/bench/results/native-cuda.)"""
+    is a stand-in that records its providers; the GPU run is in docs/benchmarks.md, native-gpu.)"""
     from sonic_hep.framework.inference.backends.onnxruntime import ort_session
 
     seen = []

@@ -25,12 +25,12 @@ DEVELOPMENT_WORDS = re.compile(r"\.\./shared|\blent\b|lent_node|\bthe seeds\b|\b
 
 
 def front_door_texts() -> list[Path]:
-    """The files a user reads: READMEs, the documentation, .gitignore, shipped configurations, committed
-    benchmark reports."""
+    """The files a user reads: READMEs, the documentation (with the benchmark data beside its figures),
+    .gitignore, shipped configurations."""
     return [PROJECT / "README.md", PROJECT / "CONTRIBUTING.md", *sorted((PROJECT / "docs").rglob("*.md")),
             PROJECT / ".gitignore", PROJECT / "workflows/bench/offline_run.sh",
             *sorted((PROJECT / "modules").glob("*/README.md")), *sorted((PROJECT / "configs").glob("*.yaml")),
-            *sorted((PROJECT / "workflows/bench/results").rglob("*.md"))]
+            *sorted((PROJECT / "docs").rglob("*.json"))]
 
 
 @pytest.mark.parametrize("path", front_door_texts(), ids=lambda p: str(p.relative_to(PROJECT)))

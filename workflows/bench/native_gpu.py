@@ -13,7 +13,7 @@ becomes two entries of one repository, ``<name>__gpu`` and ``<name>__cpu``, serv
 instance vs direct CUDA; the latency of one large request on each instance; nvidia-smi's view of the server;
 the backend's log lines saying where each instance runs. ``--expect-cuda`` fails unless every KIND_GPU instance
 runs on the CUDA provider; ``--cpu-only`` checks this tool on a machine without a GPU (both entries on CPU).
-Results of a run: ``workflows/bench/results/native-cuda/``.
+The latest run's figures are in docs/benchmarks.md.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ examples:
   sonic bench framework --io-events 50000
   sonic bench miniaod --events 200
   sonic bench server --backends python native --in-flight 1 16 64
-  sonic bench protodune --scale small --events 3 --out results/protodune
+  sonic bench protodune --scale small --events 3 --out build/bench-protodune-small
   sonic bench scale --workflow miniaod --jobs 1 2 4 8 --servers 1 2 --other-ms 60
   sonic bench gpu-models --batch-sizes 1,16,64,256,1024
 

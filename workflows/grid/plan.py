@@ -47,7 +47,7 @@ cores / c_host)``: ``T_1 / t_server`` jobs per server when the server saturates 
 "server"), ``T_1 × cores / c_host`` jobs on the host when its cores do ("host"). The host's inputs are
 measured with one job (a GPU's compute per event is not: idle between one job's events it runs slower,
 so the scale benchmark takes it from its loaded points). ``c_host`` grows little under load
-(``workflows/bench/results/scale/``: on 2 idle cores between 17 % less and 4 % more than the one-job
+(the scale benchmark in docs/benchmarks.md: on 2 idle cores between 17 % less and 4 % more than the one-job
 figure at every N; on one core up to ~25 % more just past the knee), but the cores are only those
 *free* for this work: other processes on the host take their share (the scale benchmark reports it
 per point). Queues, batching and a link past this arithmetic are what ``simulate.py`` is for.
