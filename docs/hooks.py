@@ -1,7 +1,8 @@
 """MkDocs hooks: pages built from the code, so they cannot drift from it.
 
 * ``reference/cli.md``: the marker ``<!-- sonic-cli-reference -->`` becomes every command's ``--help``,
-  generated from the parsers (:mod:`sonic_hep.workflows.cli._reference`).
+  generated from the parsers (:mod:`sonic_hep.workflows.cli._reference`); ``<!-- sonic-server-options -->``
+  the table of a server's options, from their one type (``server_flags.options_table``).
 * The API reference: mkdocstrings reads the docstrings statically (griffe), and needs a package folder named
   ``sonic_hep``. The checkout keeps its rooms at the top level (``framework/`` is installed as
   ``sonic_hep.framework``), so a folder of links, ``build/api-src/sonic_hep/<room>``, gives it that shape.
@@ -20,6 +21,8 @@ import griffe
 ROOT = Path(__file__).resolve().parent.parent
 ROOMS = ("framework", "modules", "workflows", "data", "configs")
 CLI_MARKER = "<!-- sonic-cli-reference -->"
+#: replaced by the table of the server options (``ServerOptions``: fallback_server keys and their flags)
+SERVER_OPTIONS_MARKER = "<!-- sonic-server-options -->"
 
 
 def on_startup(command: str, dirty: bool) -> None:
@@ -41,6 +44,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         from sonic_hep.workflows.cli._reference import markdown as cli_markdown
 
         markdown = markdown.replace(CLI_MARKER, cli_markdown())
+    if SERVER_OPTIONS_MARKER in markdown:
+        from sonic_hep.workflows.cli.server_flags import options_table
+
+        markdown = markdown.replace(SERVER_OPTIONS_MARKER, options_table())
     return markdown
 
 

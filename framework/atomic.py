@@ -11,10 +11,19 @@ that means nothing here.
 Targets are checked before the first event (:func:`check_target`): an existing directory, a
 non-regular file (``/dev/null`` would be replaced by a rename), a missing or unwritable folder, or a
 path that is also an input of the job are refused with one line naming the path.
+
+This is the project's one way of writing a file whole, so every temporary has a name the sweeping
+recognises: :func:`write_atomically` for files the project keeps for itself (a grid record, a compiled
+library, a recording), raising the system's ``OSError`` for the caller to word; :func:`write_text` and
+:func:`write_with` for files a user named (checked first, refused with :class:`OutputError`);
+:class:`PendingText` for a file created before a job and committed after it; :func:`put_in_place` is the
+rename they share (the ROOT writer, :class:`~.tree_writer.TreeWriter`, commits through it too).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import logging
 import os
@@ -117,6 +126,68 @@ def check_target(path: str, what: str, inputs: Iterable[tuple[str, str]] = ()) -
     return absolute
 
 
+#: errors of ``link`` on a file system that has no hard links
+NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def put_in_place(temporary: str, target: str, replace: bool = True) -> str:
+    """Gives a filled ``temporary`` the name ``target`` once its data is on disk; returns ``target``.
+
+    With ``replace=False`` an existing file is never replaced, even one that appeared while this one was
+    written (two writers racing for one name: the second gets ``FileExistsError``, the first's file stays):
+    the name is given by a hard link, which the system refuses atomically when the name exists.
+
+    Raises:
+        OSError: the system's refusal (a full disk, ``FileExistsError``); the temporary is left to the caller.
+    """
+    _fsync(temporary)  # the data is on disk before the name says the file is complete
+    if not replace:
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            raise
+        except OSError as err:
+            if err.errno not in NO_HARD_LINKS:
+                raise
+            # a file system without hard links (some FUSE mounts): checked, then renamed (not atomic there)
+            if os.path.lexists(target):
+                raise FileExistsError(errno.EEXIST, "file exists", target) from None
+        else:
+            os.unlink(temporary)
+            return target
+    os.replace(temporary, target)
+    return target
+
+
+def write_atomically(path: str | os.PathLike, fill: Callable[[str], object], replace: bool = True) -> str:
+    """``fill(temporary)`` writes the file under a temporary name beside ``path``, which :func:`put_in_place`
+    then renames; stale temporaries of ``path`` are removed first, and if anything fails nothing is left
+    behind. Returns ``path`` as a string.
+
+    Raises:
+        OSError: the system's refusal, as it came, for the caller to word (the file's old content stays);
+            whatever ``fill`` raises passes through.
+    """
+    target = os.fspath(path)
+    remove_stale_temporaries(target)
+    temporary = temporary_name(target)
+    try:
+        fill(temporary)
+        return put_in_place(temporary, target, replace)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 class PendingText:
     """A text file created now under a temporary name (so the folder is proven writable before the job
     runs) and renamed into place by :meth:`commit`; :meth:`abort` removes it.
@@ -159,7 +230,7 @@ class PendingText:
         if not self._written:
             raise OutputError(f"{self.what} {self.path!r}: nothing was written")
         try:
-            os.replace(self.tmp_path, self.path)
+            put_in_place(self.tmp_path, self.path)
         except OSError as err:
             raise OutputError(f"cannot write {self.what} {self.path!r}: {err.strerror}") from None
         return self.path
@@ -174,23 +245,23 @@ class PendingText:
 
 def write_text(path: str, what: str, text: str) -> str:
     """``text`` into ``path`` all at once: under a temporary name, then renamed into place."""
-    pending = PendingText(path, what)
-    try:
-        pending.write(text)
-    except BaseException:
-        pending.abort()
-        raise
-    return pending.commit()
+    def fill(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as stream:
+            stream.write(text)
+
+    return write_with(path, what, fill)
 
 
 def write_with(path: str, what: str, writer: Callable[[str], object]) -> str:
     """``writer(temporary_path)`` fills a temporary beside ``path`` (a plotting library that writes by
-    name, say), which is then renamed into place; if it fails, nothing is left behind."""
-    pending = PendingText(path, what)
+    name, say), which is then renamed into place; if it fails, nothing is left behind.
+
+    Raises:
+        OutputError: ``path`` cannot be a whole file (:func:`check_target`) or the system refused the write,
+            in one line naming it; what ``writer`` raises otherwise passes through.
+    """
+    target = check_target(path, what)
     try:
-        writer(pending.tmp_path)
-    except BaseException:
-        pending.abort()
-        raise
-    pending.mark_written()
-    return pending.commit()
+        return write_atomically(target, writer)
+    except OSError as err:
+        raise OutputError(f"cannot write {what} {path!r}: {err.strerror or err}") from None

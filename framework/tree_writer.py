@@ -5,8 +5,8 @@ I/O benchmark's input all write ROOT files that another program reads later. Eac
 ``uproot.recreate`` on its own temporary name; :class:`TreeWriter` is that, once:
 
 * the file is written as ``<target>.tmp-<host>-<pid>-<ns>`` (:func:`.atomic.temporary_name`), flushed to
-  disk and renamed only by :meth:`TreeWriter.commit`, so a failed or killed writer never leaves a file
-  that looks complete, and temporaries of dead writers are removed first
+  disk and renamed only by :meth:`TreeWriter.commit` (:func:`.atomic.put_in_place`), so a failed or killed
+  writer never leaves a file that looks complete, and temporaries of dead writers are removed first
   (:func:`.atomic.remove_stale_temporaries`);
 * branches are named NanoAOD-style: a jagged collection ``X`` of records becomes the counter ``nX`` and
   branches ``X_<field>``;
@@ -23,7 +23,6 @@ Example::
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -32,16 +31,13 @@ from typing import Any
 import numpy as np
 import uproot
 
-from .atomic import remove_stale_temporaries, temporary_name
+from .atomic import put_in_place, remove_stale_temporaries, temporary_name
 from .errors import OutputError
 
 COMPRESSION = {"zstd": (uproot.ZSTD, 4), "lz4": (uproot.LZ4, 4), "zlib": (uproot.ZLIB, 1), "lzma": (uproot.LZMA, 8)}
 
 #: uproot's own basket-index size, enough for a tree written in a few ``extend`` calls
 DEFAULT_BASKETS = 10
-
-#: errors of ``link`` on a file system that has no hard links
-NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 
 
 def compression(spec: str) -> Any:
@@ -73,14 +69,6 @@ def field_name(outer: str, inner: str) -> str:
 def counter_name(counted: str) -> str:
     """NanoAOD name of a collection's counter: ``nJet``."""
     return f"n{counted}"
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class TreeWriter:
@@ -140,25 +128,9 @@ class TreeWriter:
         the name is given by a hard link, which the system refuses atomically when the name exists.
         """
         self.file.close()
-        _fsync(self.tmp_path)  # the data is on disk before the name says the file is complete
         if check is not None:
             check(self.tmp_path)
-        if not replace:
-            try:
-                os.link(self.tmp_path, self.path)
-            except FileExistsError:
-                raise
-            except OSError as err:
-                if err.errno not in NO_HARD_LINKS:
-                    raise
-                # a file system without hard links (some FUSE mounts): checked, then renamed (not atomic there)
-                if os.path.lexists(self.path):
-                    raise FileExistsError(errno.EEXIST, "file exists", self.path) from None
-            else:
-                os.unlink(self.tmp_path)
-                return self.path
-        os.replace(self.tmp_path, self.path)
-        return self.path
+        return put_in_place(self.tmp_path, self.path, replace)
 
     def abort(self) -> None:
         """Discards the temporary (a failed writer leaves nothing that looks complete)."""

@@ -9,6 +9,8 @@ One idea per file:
 * ``client.py`` — the interface, input checks, request splitting/reassembly (shared by both modes);
 * ``direct.py`` — onnxruntime in this process; ``sonic.py`` — the SONIC client (retries, failover);
 * ``servers.py`` — many servers: discovery, choice, health, fallback; ``connection.py`` — one server;
+  ``server_spec.py`` — where a server is; ``calls.py`` — a request's life and local deadline;
+  ``transport/`` — what carries requests (``native.py``, ``grpcio.py``, one protocol);
   ``shm.py`` — system shared memory; ``triton_errors.py`` — gRPC errors → sonic-hep errors;
 * ``server.py`` — a managed ``tritonserver`` process; ``triton_install.py`` — the pip server's files
   and backend directory; ``runtime_repository.py`` — what a server loads (checksums verified);

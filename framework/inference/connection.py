@@ -6,137 +6,49 @@ statistics, shared memory registration) use tritonclient's blocking client. Inpu
 fixed size) travel through system shared memory when the pool says the server is on this host. Every
 error leaves this file as a :class:`~.triton_errors.RequestError` (see ``triton_errors.py``).
 
-Two transports carry the ``ModelInferRequest`` built on the caller's thread (``transport`` below):
-
-* **native** (the default where it builds): ``transport/grpc_h2.cc``, an HTTP/2 client on libnghttp2
-  whose I/O thread runs without the interpreter lock and hands finished calls to one Python thread per
-  connection in batches (``transport/native.py`` says why). A call to a local server costs about half the
-  process CPU of gRPC's own blocking call (87 vs 179 µs for ``demo_mlp``, one call at a time);
-* **grpcio**, for TLS, gRPC compression, or where the native one cannot be built: gRPC's *blocking*
-  ``ModelInfer`` call, made by a few worker threads per connection. Measured on the 2-core machine
-(client CPU per request, ``time.process_time`` over thousands of requests to a local server; a small
-model, four requests per event each after ~1 ms of Python work as MiniAOD's producers send them):
-
-* ``grpc.aio`` on the framework's asyncio loop (the transport before): ~250 µs. Each request wakes the
-  loop and runs a task, ``wait_for``/``shield`` for the deadline and tritonclient's wrappers there;
-* gRPC's callback API (``ModelInfer.future``): ~230 µs. Its completions are read by a "channel spin
-  thread" that gRPC starts whenever the channel goes from no call to one call, i.e. per request here.
-  Keeping it alive takes a call held open on the server, which holds up Triton's graceful stop;
-* a blocking call on a worker thread: ~160 µs, what is used. The worker wakes once per request
-  (a ``SimpleQueue``), the call drives its own completion queue, the answer is read with
-  ``np.frombuffer`` from ``raw_output_contents``.
-
-MiniAOD's own requests replayed one at a time: 555 → 464 µs. What remains is mostly gRPC's C core,
-and it grows with the time a call waits for its answer (~140 µs of the calling thread for an
-immediate answer, ~380 µs for one after 20 ms, plus its event-engine threads).
+A transport carries each ``ModelInferRequest`` built on the caller's thread, behind one protocol
+(``transport/__init__.py``): **native** (the default where it builds, ``transport/native.py``: an HTTP/2
+client on libnghttp2 whose I/O thread runs without the interpreter lock; a call to a local server costs
+about half the process CPU of gRPC's own blocking call, 87 vs 179 µs for ``demo_mlp``, one call at a
+time), or **grpcio** (``transport/grpcio.py``: gRPC's blocking call on a few worker threads) for TLS, gRPC
+compression, or where the native one cannot be built.
 
 Deadlines stay local (see :class:`ServerConnection`): one keeper thread for all connections
-(:class:`_Deadlines`) fails a caller at ``timeout_s`` while its call runs on (on grpcio, holding its worker).
+(``calls.py``) fails a caller at ``timeout_s`` while its call runs on.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import math
-import os
-import queue
-import threading
-import time
 from collections.abc import Mapping
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
 from ..errors import ConfigError
+from .calls import ORPHAN_LIMIT, Call, CallLedger
 from .keepalive import Keepalive
 from .repository import ModelInfo, TensorSpec, parse_specs
+from .server_spec import ServerSpec
 from .shm import SharedMemoryPool, aligned
 from .tls_probe import certificate_problem, hint, server_tls
-from .transport import native
-from .triton_errors import ACTIONS, RequestError, action_for, convert
+from .transport import Transport, native
+from .transport.grpcio import GrpcioTransport, channel_options
+from .triton_errors import RequestError, convert
 
 log = logging.getLogger(__name__)
-
-LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 #: in ``shared_memory: auto``, requests smaller than this go in the gRPC message
 SHM_MIN_BYTES = 16 * 1024
 
-#: gRPC deadline of a call (at least; 10 × timeout_s if longer): only a server silent this long is cancelled
-ORPHAN_DEADLINE_S = 600.0
-
-#: timed-out calls still running on one server beyond which new requests fail at once (and fail over)
-ORPHAN_LIMIT = 256
-
 #: at close, how long to wait for calls still running before the channel (and so they) are closed
 CLOSE_GRACE_S = 5.0
-
-#: worker threads of one connection at most (calls in flight, timed-out ones included); more wait queued
-MAX_WORKERS = 64 + ORPHAN_LIMIT
-
-#: a worker without a request for this long leaves (so a burst of timed-out calls leaves no threads behind)
-WORKER_IDLE_S = 30.0
-
-#: gRPC's own message size limits (4 MiB to receive by default) raised to Triton's
-MAX_MESSAGE_BYTES = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """Where a server is and how to talk to it (one entry of ``services.inference.servers``).
-
-    Written as ``"host:port"`` or as a mapping::
-
-        {address: host, port: 8001, ssl: true, root_certificates: ca.pem, private_key: key.pem,
-         certificate_chain: cert.pem}
-    """
-
-    address: str
-    ssl: bool = False
-    root_certificates: str | None = None
-    private_key: str | None = None
-    certificate_chain: str | None = None
-
-    @classmethod
-    def parse(cls, item: Any, key: str = "services.inference.servers") -> ServerSpec:
-        if isinstance(item, ServerSpec):
-            return item
-        if isinstance(item, str):
-            host, sep, port = item.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ConfigError(f"server {item!r} must look like HOST:PORT", key=key)
-            return cls(item)
-        if isinstance(item, Mapping):
-            known = {"address", "port", "ssl", "root_certificates", "private_key", "certificate_chain"}
-            unknown = set(item) - known
-            if unknown or "address" not in item:
-                raise ConfigError(f"server entry {dict(item)} needs 'address' (and 'port'); known keys "
-                                  f"{sorted(known)}", key=key)
-            address = str(item["address"])
-            if "port" in item:
-                address = f"{address}:{int(item['port'])}"
-            return cls(address, bool(item.get("ssl", False)), item.get("root_certificates"),
-                       item.get("private_key"), item.get("certificate_chain"))
-        raise ConfigError(f"server entry must be 'HOST:PORT' or a mapping, not {type(item).__name__}", key=key)
-
-    @property
-    def host(self) -> str:
-        return self.address.rpartition(":")[0]
-
-    @property
-    def local(self) -> bool:
-        """On this host (so system shared memory can be used)."""
-        return self.host in LOCAL_HOSTS
 
 
 @dataclass
@@ -154,16 +66,12 @@ class ServerConnection:
     server down by timing out. So a request that passes ``timeout_s`` fails for its caller with
     status ``DEADLINE_EXCEEDED`` (retried or failed over like before) while its call runs on to its
     end and the answer is dropped; its shared memory region is reused only after that end. On grpcio
-    the call gets only a safety deadline (``ORPHAN_DEADLINE_S``, or 10 × ``timeout_s``) for a server
-    that never answers; on the native transport none at all: its call ends when the server answers or
-    the connection ends (a server process that died drops it at once). While ``ORPHAN_LIMIT`` such calls are unanswered, new requests fail at once
-    (DEADLINE_EXCEEDED, to be failed over) instead of piling more work on a server that is far
-    behind. :meth:`close` waits ``CLOSE_GRACE_S`` for such calls before closing.
-
-    On grpcio, a timed-out call keeps its worker thread until it ends, so a connection has up to ``MAX_WORKERS``
-    threads (64 calls in flight + ``ORPHAN_LIMIT``); they are started when a request finds none
-    waiting and leave after ``WORKER_IDLE_S`` idle. A request still queued when its deadline passes is
-    never sent.
+    the call gets only a safety deadline (10 × ``timeout_s``, 600 s at least: ``transport/grpcio.py``) for a
+    server that never answers; on the native transport none at all: its call ends when the server answers
+    or the connection ends (a server process that died drops it at once). While ``ORPHAN_LIMIT`` such calls
+    are unanswered, new requests fail at once (DEADLINE_EXCEEDED, to be failed over) instead of piling more
+    work on a server that is far behind. :meth:`close` waits ``CLOSE_GRACE_S`` for such calls before closing.
+    A request not yet sent when its deadline passes (on grpcio, still queued for a worker) is never sent.
 
     Args:
         spec (ServerSpec): address and TLS settings.
@@ -188,10 +96,8 @@ class ServerConnection:
                  transport: str = "auto", keepalive: Keepalive | None = None):
         self.spec = spec
         self.keepalive = keepalive or Keepalive()
-        self._native_keepalive = self.keepalive  # pings half as often after a server refused them (too_many_pings)
         self.address = spec.address
         self.timeout_s = timeout_s
-        self.compression = {"none": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}[compression]
         self.model_versions = {k: str(v) for k, v in (model_versions or {}).items()}
         self.client = grpcclient.InferenceServerClient(spec.address, ssl=spec.ssl,
                                                        root_certificates=spec.root_certificates,
@@ -201,22 +107,18 @@ class ServerConnection:
         self.shm = (SharedMemoryPool(self.client, spec.address, forced=shared_memory == "on")
                     if shared_memory in ("on", "auto") else None)
         self.shm_min_bytes = SHM_MIN_BYTES if shared_memory == "auto" else 0
-        self._lock = threading.Lock()  # guards everything below
-        self._idle = threading.Condition(self._lock)  # notified when the last call ends (close waits for it)
-        self._channel: grpc.Channel | None = None  # the data plane's channel, opened on first use
-        self._model_infer: Any = None
-        self._calls: set[_Call] = set()  # sent (or queued) and not finished, timed-out ones included
-        self._orphans = 0  # those of them whose caller timed out
-        self.orphaned = 0  # requests that timed out locally and were left to finish
-        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
-        self._workers = 0  # worker threads alive
-        self._waiting = 0  # of them, waiting on the queue
-        self._pending = 0  # requests (and stop marks) queued and not yet taken
-        self.transport = self._choose_transport(transport)
-        self._h2: native.NativeChannel | None = None  # the native transport's connection, opened on first use
-        self._h2_lock = threading.Lock()  # opening it (seconds at worst) without holding up the others
-        self._by_tag: dict[int, _Call] = {}  # native calls in flight by their tag
-        self._tags = itertools.count(1)
+        self._calls = CallLedger(spec.address, timeout_s, self._ended)
+        self._transport = self._open_transport(transport, compression)
+
+    @property
+    def transport(self) -> str:
+        """"native" or "grpcio": what carries this connection's requests."""
+        return self._transport.name
+
+    @property
+    def orphaned(self) -> int:
+        """Requests that timed out locally and were left to finish."""
+        return self._calls.orphaned
 
     # -- control plane (blocking, short) ---------------------------------------------------------------
     def probe(self, timeout: float = 5.0) -> dict[str, str]:
@@ -277,14 +179,13 @@ class ServerConnection:
         """Starts one request; the Future gives ``{output: array}`` or fails with a RequestError.
 
         The request message is built (and shared memory staged) on the caller's thread, so the caller
-        may reuse its arrays at once; one of the connection's worker threads makes the blocking call
-        and completes the Future, or the deadline keeper fails it after ``timeout_s``.
+        may reuse its arrays at once; the transport carries it and the Future completes when its call
+        ends, or the deadline keeper (``calls.py``) fails it after ``timeout_s``.
         """
         future: Future = Future()
         region = None
         try:
-            with self._lock:
-                orphans = self._orphans
+            orphans = self._calls.orphans
             if orphans >= ORPHAN_LIMIT:  # the server is far behind: do not pile more work on it
                 raise RequestError(info.name, self.address, "DEADLINE_EXCEEDED",
                                    f"{orphans} earlier requests timed out and are still unanswered; "
@@ -305,64 +206,24 @@ class ServerConnection:
                 self.shm.release(region)
             future.set_exception(convert(err, info.name, self.address))
             return future
-        call = _Call(self, info.name, request, outputs, slots, region, future, time.monotonic() + self.timeout_s)
-        if self.transport == "native":
-            self._send_native(call)
-            return future
-        with self._lock:
-            self._calls.add(call)
-            self._pending += 1
-            spawn = self._waiting < self._pending and self._workers < MAX_WORKERS
-            if spawn:
-                self._workers += 1
-        _DEADLINES.add(call)
-        self._queue.put(call)
-        if spawn:
-            threading.Thread(target=self._work, name=f"sonic-grpc-{self.address}", daemon=True).start()
+        self._transport.send(self._calls.open(info.name, request, outputs, slots, region, future))
         return future
 
-    def _work(self) -> None:
-        """A worker: takes requests off the queue and makes each call, blocking, to its end.
-
-        It leaves after ``WORKER_IDLE_S`` without work, unless a request was queued meanwhile that no
-        other waiting worker covers (so no request is ever left in the queue with nobody to take it).
-        """
-        while True:
-            with self._lock:
-                self._waiting += 1
+    def _ended(self, call: Call, answer: pb.ModelInferResponse | None, error: BaseException | None) -> None:
+        """A call ended (on a transport's thread): its outputs read, its region released, its caller told."""
+        values = None
+        if error is None and answer is not None:
             try:
-                call = self._queue.get(timeout=WORKER_IDLE_S)
-            except queue.Empty:
-                with self._lock:
-                    self._waiting -= 1
-                    if self._pending > self._waiting:
-                        continue
-                    self._workers -= 1
-                return
-            with self._lock:
-                self._waiting -= 1
-                self._pending -= 1
-                if call is None:  # closing
-                    self._workers -= 1
-                    return
-                started = call.started = not call.expired  # an expired request still queued is not sent
-            values, error = None, None
-            if started:
-                try:
-                    values = self._call(call)
-                except Exception as err:  # noqa: BLE001 - converted at this boundary
-                    error = convert(err, call.model, self.address)
-            if call.region is not None:  # only now: the server may write into it until the call ends
-                self.shm.release(call.region)
-            self._finish(call, values, error)
+                values = self._read(call, answer)
+            except Exception as err:  # noqa: BLE001 - converted below
+                error = err
+        if error is not None:  # every error of a call crosses this one boundary
+            error = convert(error, call.model, self.address)
+        if call.region is not None:  # only now: the server may write into it until the call ends
+            self.shm.release(call.region)
+        self._calls.finish(call, values, error)
 
-    def _call(self, call: _Call) -> dict[str, np.ndarray]:
-        """The RPC itself (blocking), and its outputs read from the message or from shared memory."""
-        response = self._rpc()(call.request, timeout=max(ORPHAN_DEADLINE_S, 10 * self.timeout_s),
-                               compression=self.compression)
-        return self._read(call, response)
-
-    def _read(self, call: _Call, response: pb.ModelInferResponse) -> dict[str, np.ndarray]:
+    def _read(self, call: Call, response: pb.ModelInferResponse) -> dict[str, np.ndarray]:
         """The outputs of an answer, from the message or from the call's shared memory region."""
         by_name = {slot.name: slot for slot in call.slots}
         got = {}
@@ -383,8 +244,14 @@ class ServerConnection:
         values = {name: got[name] for name in call.outputs}
         return values
 
-    # -- the native transport ---------------------------------------------------------------------------
-    def _choose_transport(self, asked: str) -> str:
+    # -- the transport ----------------------------------------------------------------------------------
+    def _open_transport(self, asked: str, compression: str) -> Transport:
+        """The transport :meth:`_choose_transport` picks (opened lazily: no channel before the first call)."""
+        if self._choose_transport(asked, compression) == "native":
+            return native.NativeTransport(self.address, self.keepalive)
+        return GrpcioTransport(self.spec, self.timeout_s, compression, self.keepalive)
+
+    def _choose_transport(self, asked: str, compression: str) -> str:
         """"native" or "grpcio" for ``asked`` (see the class docstring); says once why native is not used."""
         if asked not in ("auto", "native", "grpcio"):
             raise ConfigError(f"transport must be auto, native or grpcio, not {asked!r}",
@@ -392,7 +259,7 @@ class ServerConnection:
         if asked == "grpcio":
             return asked
         reason = ("it speaks clear text only (this server uses TLS)" if self.spec.ssl else
-                  "it does not compress (compression is asked)" if self.compression is not None else None)
+                  "it does not compress (compression is asked)" if compression != "none" else None)
         missing = False
         if reason is None:
             try:
@@ -406,98 +273,6 @@ class ServerConnection:
         _say_once(f"SONIC requests to {self.address} go through grpcio: the native transport is not used ({reason})",
                   logging.WARNING if missing else logging.INFO)  # a missing compiler costs CPU: worth a warning
         return "grpcio"
-
-    def _send_native(self, call: _Call) -> None:
-        """Hands the call to the native connection (opened, or opened again after it ended, here)."""
-        tag = next(self._tags)
-        with self._lock:
-            self._calls.add(call)
-            self._by_tag[tag] = call
-            call.started = True
-        _DEADLINES.add(call)
-        message = call.request.SerializeToString()
-        try:
-            for _ in range(2):  # a connection that ended since the last call: one new try
-                if self._channel_native().send(tag, message):
-                    return
-            raise ConnectionError(f"the connection to {self.address} ended as the request was sent")
-        except Exception as err:  # noqa: BLE001 - unreachable, or the connection broke: failed over like any
-            self._native_done(tag, "UNAVAILABLE", str(err) or type(err).__name__, b"")
-
-    def _channel_native(self) -> native.NativeChannel:
-        with self._h2_lock:
-            channel = self._h2
-            if channel is None or not channel.alive:
-                if channel is not None and "too_many_pings" in channel.reason:
-                    self._native_keepalive = _calmer(self._native_keepalive, self.address)
-                host, _, port = self.address.rpartition(":")
-                channel = self._h2 = native.NativeChannel(host, int(port), self._native_done,
-                                                          keepalive=self._native_keepalive)
-            return channel
-
-    def _native_done(self, tag: int, status: str, message: str, body: bytes) -> None:
-        """A native call ended (on its connection's completion thread): its answer read, its call finished."""
-        with self._lock:
-            call = self._by_tag.pop(tag, None)
-        if call is None:
-            return
-        values, error = None, None
-        if status == "OK":
-            try:
-                values = self._read(call, pb.ModelInferResponse.FromString(body))
-            except Exception as err:  # noqa: BLE001 - converted at this boundary
-                error = convert(err, call.model, self.address)
-        else:
-            error = RequestError(call.model, self.address, status, message or status.lower(),
-                                 action_for(status, message))
-        if call.region is not None:  # only now: the server may write into it until the call ends
-            self.shm.release(call.region)
-        self._finish(call, values, error)
-
-    def _finish(self, call: _Call, values: dict[str, np.ndarray] | None, error: BaseException | None) -> None:
-        """The call ended: its caller gets the outcome unless its deadline already failed it."""
-        with self._lock:
-            call.finished = True
-            self._calls.discard(call)
-            if call.expired:
-                self._orphans -= 1
-            if not self._calls:
-                self._idle.notify_all()
-            future, expired = call.release()
-        if expired:
-            return  # nobody waits for it any more: the outcome is dropped
-        try:
-            if error is None:
-                future.set_result(values)
-            else:
-                future.set_exception(error)
-        except InvalidStateError:  # the caller cancelled it
-            pass
-
-    def _expire(self, call: _Call) -> None:
-        """The deadline keeper's verdict: fail the caller now, let the call run on (never cancelled)."""
-        with self._lock:
-            if call.finished:
-                return
-            call.expired = True
-            self._orphans += 1
-            self.orphaned += 1
-            future = call.future
-        try:
-            future.set_exception(RequestError(call.model, self.address, "DEADLINE_EXCEEDED",
-                                              f"no answer within {self.timeout_s:g} s (the request was left to finish "
-                                              "on the server, or not sent if still queued; its answer will be dropped)",
-                                              ACTIONS["DEADLINE_EXCEEDED"]))
-        except InvalidStateError:  # the caller cancelled it
-            pass
-
-    def _rpc(self) -> Any:
-        """The ``ModelInfer`` callable of this connection's channel (opened on first use, again after close)."""
-        with self._lock:
-            if self._channel is None:
-                self._channel = open_channel(self.spec, self.keepalive)
-                self._model_infer = service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer
-            return self._model_infer
 
     def _stage(self, info: ModelInfo, inputs: Mapping[str, np.ndarray], outputs: list[str],
                request: pb.ModelInferRequest) -> tuple[Any, list[_OutputSlot]]:
@@ -539,38 +314,12 @@ class ServerConnection:
 
         Closing the channel cancels whatever still runs, which is what may crash Triton 2.51, and the
         shared memory regions are unregistered only after that, so the server never writes into a
-        region that is gone. Requests still queued then are failed (CANCELLED) and never sent. The
-        workers leave; a later request opens the channel again.
+        region that is gone. Requests still queued then are failed (CANCELLED) and never sent. A later
+        request opens the channel again.
         """
-        with self._lock:
-            end = time.monotonic() + grace_s
-            while self._calls and (left := end - time.monotonic()) > 0:
-                self._idle.wait(left)
-            channel, self._channel = self._channel, None
-            workers = self._workers
-            self._pending += workers
-            unsent = [call for call in self._calls if not call.started and not call.expired]
-            for call in unsent:  # the worker that takes it skips it, as one whose deadline passed
-                call.expired = True
-                self._orphans += 1
-        for call in unsent:
-            try:
-                call.future.set_exception(RequestError(call.model, self.address, "CANCELLED",
-                                                       "the connection was closed before this request was sent",
-                                                       ACTIONS["CANCELLED"]))
-            except InvalidStateError:
-                pass
-        for _ in range(workers):
-            self._queue.put(None)
-        try:
-            if channel is not None:
-                channel.close()
-        except Exception:  # noqa: BLE001 - closing a channel to a dead server
-            pass
-        with self._h2_lock:
-            h2, self._h2 = self._h2, None
-        if h2 is not None:  # its calls still open finish now (UNAVAILABLE), their regions released
-            h2.close()
+        self._calls.wait_idle(grace_s)
+        self._calls.cancel_unsent()
+        self._transport.close()
         if self.shm is not None:
             self.shm.close()
         try:
@@ -581,82 +330,10 @@ class ServerConnection:
     @property
     def in_flight(self) -> int:
         """Calls not finished yet, including those whose caller stopped waiting (timed out)."""
-        with self._lock:
-            return len(self._calls)
+        return self._calls.in_flight
 
     def __repr__(self) -> str:
         return f"ServerConnection({self.address}{', shm' if self.shm else ''})"
-
-
-class _Call:
-    """One request between ``send`` and the end of its RPC (slots: thousands may wait for their deadline)."""
-
-    __slots__ = ("connection", "model", "request", "outputs", "slots", "region", "future", "deadline", "expired",
-                 "started", "finished")
-
-    def __init__(self, connection: ServerConnection, model: str, request: pb.ModelInferRequest, outputs: list[str],
-                 slots: list[_OutputSlot], region: Any, future: Future, deadline: float):
-        self.connection, self.model, self.request, self.outputs = connection, model, request, outputs
-        self.slots, self.region, self.future, self.deadline = slots, region, future, deadline
-        self.expired = False  # its caller was failed with DEADLINE_EXCEEDED
-        self.started = False  # a worker took it to send it
-        self.finished = False  # its RPC ended (or it was never sent)
-
-    def release(self) -> tuple[Future, bool]:
-        """Drops what the deadline keeper need not hold until the deadline; the caller's Future and
-        whether the deadline already failed it. Called under the connection's lock."""
-        future, self.future, self.request, self.region = self.future, None, None, None
-        return future, self.expired
-
-
-class _Deadlines:
-    """One thread that fails the callers of every connection whose requests pass ``timeout_s``.
-
-    Calls are kept in a heap by deadline and not removed when they finish (a finished call is skipped
-    when it reaches the top), so ``send`` only pushes, and the thread sleeps until the earliest deadline
-    of a call still running: with one ``timeout_s`` it wakes about once per ``timeout_s``, not per request.
-    """
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Call]] = []
-        self._cond = threading.Condition(threading.Lock())
-        self._order = itertools.count()
-        self._pid: int | None = None
-
-    def add(self, call: _Call) -> None:
-        with self._cond:
-            if self._pid != os.getpid():  # first use (or a forked child, which has no such thread)
-                self._pid = os.getpid()
-                self._heap.clear()
-                threading.Thread(target=self._run, name="sonic-deadlines", daemon=True).start()
-            heapq.heappush(self._heap, (call.deadline, next(self._order), call))
-            if self._heap[0][2] is call:
-                self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if not self._heap:
-                        self._cond.wait()
-                        continue
-                    deadline, _, call = self._heap[0]
-                    if call.finished:
-                        heapq.heappop(self._heap)
-                        continue
-                    left = deadline - time.monotonic()
-                    if left > 0:
-                        self._cond.wait(min(left, 3600.0))
-                        continue
-                    heapq.heappop(self._heap)
-                    break
-            try:
-                call.connection._expire(call)  # outside the lock: the caller's callbacks run here
-            except Exception:  # noqa: BLE001 - this thread serves every connection: it must not die
-                log.exception("failing a request at its deadline")
-
-
-_DEADLINES = _Deadlines()
 
 
 _said: set[str] = set()
@@ -667,38 +344,6 @@ def _say_once(line: str, level: int = logging.INFO) -> None:
     if line not in _said:
         _said.add(line)
         log.log(level, line)
-
-
-def channel_options(keepalive: Keepalive) -> list[tuple[str, int]]:
-    """Options of every grpcio channel to a server, the control plane's (tritonclient's) too."""
-    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), *keepalive.channel_options()]
-
-
-def open_channel(spec: ServerSpec, keepalive: Keepalive | None = None) -> grpc.Channel:
-    """A gRPC channel to the server with the TLS settings of ``spec``, no message size limit below
-    Triton's (gRPC's default 4 MiB would refuse large tensors sent in the message) and HTTP/2 keepalive
-    pings (``keepalive.py``)."""
-    options = channel_options(keepalive or Keepalive())
-    if not spec.ssl:
-        return grpc.insecure_channel(spec.address, options=options)
-
-    def read(path: str | None) -> bytes | None:
-        return Path(path).read_bytes() if path else None
-
-    credentials = grpc.ssl_channel_credentials(read(spec.root_certificates), read(spec.private_key),
-                                               read(spec.certificate_chain))
-    return grpc.secure_channel(spec.address, credentials, options=options)
-
-
-def _calmer(keepalive: Keepalive, address: str) -> Keepalive:
-    """Pings half as often: the server ended a native connection for pinging more often than it allows (gRPC's
-    own client does the same). Logged at each step: the server's flags are what should change."""
-    slower = Keepalive(min(2 * keepalive.time_s, 3600.0), keepalive.timeout_s)
-    _say_once(f"Triton server {address} refuses HTTP/2 pings every {keepalive.time_s:g} s (too_many_pings): pinging "
-              f"every {slower.time_s:g} s now; start it with --grpc-http2-min-recv-ping-interval-without-data and "
-              "--grpc-keepalive-permit-without-calls=1 (as `sonic server start` does)", logging.WARNING)
-    return slower
 
 
 def _datatypes(info: ModelInfo, inputs: Mapping[str, Any]) -> dict[str, str]:

@@ -37,12 +37,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..atomic import PendingText, pid_alive, remove_stale_temporaries
-
-if TYPE_CHECKING:  # the job wrapper reads FLEET_FILE from here without importing tritonclient
-    from .connection import ServerSpec
+from .server_spec import ServerSpec
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +83,6 @@ class Entry:
     def spec(self, credentials: dict[str, Any] | None = None) -> ServerSpec:
         """How a client connects: the entry's address and TLS mode, with the client's own certificate
         (``private_key``, ``certificate_chain``) and, if given, its own ``root_certificates``."""
-        from .connection import ServerSpec
-
         creds = dict(credentials or {})
         return ServerSpec(self.address, ssl=self.ssl or bool(creds),
                           root_certificates=creds.get("root_certificates") or self.root_certificates,

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..atomic import write_atomically
+
 log = logging.getLogger(__name__)
 
 #: a cached build unused for this long is removed when a new one is made beside it
@@ -58,8 +60,8 @@ def prune(folder: Path, pattern: str, keep: Path, max_age_days: float = MAX_AGE_
     """Removes the entries of ``folder`` matching ``pattern``, other than ``keep``, unused for ``max_age_days``.
 
     Called after a new build, so a cache holds the builds in use plus the newest. Removing a library
-    that a running server has loaded is harmless (the server keeps its mapping); a build in progress
-    works in a fresh folder, which is never old. Returns what was removed; failures are logged, not raised.
+    that a running server has loaded is harmless (the server keeps its mapping); a build in progress writes into
+    its own entry, made just now, which is never old. Returns what was removed; failures are logged, not raised.
     """
     cutoff = time.time() - max_age_days * 86400
     removed = []
@@ -82,10 +84,11 @@ def prune(folder: Path, pattern: str, keep: Path, max_age_days: float = MAX_AGE_
 def build_cached(folders: list[Path], key: str, filename: str, pattern: str, make: Callable[[Path], None]) -> Path:
     """Builds ``<folder>/<key>/<filename>`` in the first of ``folders`` that can be written, and returns it.
 
-    ``make(partial)`` compiles (and checks) the file at ``partial``, in a temp folder of the builder's own; it is
-    then renamed into place, so concurrent builders and readers see the whole file or none, and a file that
-    failed its check is never cached. The folder's other builds (``pattern``) unused for ``MAX_AGE_DAYS`` are
-    then pruned. What ``make`` raises passes through, except OSError.
+    ``make(partial)`` compiles (and checks) the file at ``partial``, a temporary beside the target named after
+    its builder (:func:`~sonic_hep.framework.atomic.write_atomically`, which also removes those of builders
+    that died); it is then renamed into place, so concurrent builders and readers see the whole file or none,
+    and a file that failed its check is never cached. ``make`` writes nothing else beside ``partial``. The
+    folder's other builds (``pattern``) unused for ``MAX_AGE_DAYS`` are then pruned. What ``make`` raises passes through, except OSError.
 
     Raises:
         OSError: no folder could be written (the problems of each, joined).
@@ -95,10 +98,7 @@ def build_cached(folders: list[Path], key: str, filename: str, pattern: str, mak
         target = folder / key / filename
         try:
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
-                partial = Path(work) / filename
-                make(partial)
-                os.replace(partial, target)
+            write_atomically(target, lambda partial: make(Path(partial)))
             prune(folder, pattern, target.parent)
             return target
         except OSError as err:

@@ -63,10 +63,9 @@ def preload_library() -> str | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is not None:
         def make(partial: Path) -> None:
-            source = partial.parent / "private_shm.c"
-            source.write_text(SOURCE)
-            subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(source), "-ldl"],
-                           check=True, capture_output=True, timeout=120)
+            # the source on standard input: nothing but the library is written beside it
+            subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), "-x", "c", "-", "-ldl"],
+                           input=SOURCE.encode(), check=True, capture_output=True, timeout=120)
 
         try:
             # "*shm-*": the builds of this layout and those of the older one (lib/libsonic_private_shm-<hash>.so)

@@ -36,6 +36,7 @@ taken raises one line naming the port and, when visible, the process holding it.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import itertools
 import json
 import logging
@@ -58,7 +59,7 @@ from ..errors import InferenceError
 from . import keepalive, runtime_repository
 from .owner import ProcessId, sweep_shared_memory
 from .servable import ENGINES, one_line, unservable
-from .shm_janitor import INTERVAL_S as SHM_JANITOR_S
+from .server_options import ServerOptions, parse_cpus  # noqa: F401 - parse_cpus: where the benchmarks find it
 from .shm_janitor import ShmJanitor
 from .private_memory import make_private, preload_library
 from .repository import ModelInfo, ModelRepository
@@ -72,8 +73,6 @@ log = logging.getLogger(__name__)
 _LIVE: weakref.WeakSet[TritonServer] = weakref.WeakSet()
 _numbers = itertools.count()
 
-#: what serves ``onnxruntime_onnx`` models (see ``TritonServer``'s ``backend``)
-BACKEND_CHOICES = ("auto", "native", "python")
 #: the work folders we create: ``<temp>/sonic-triton-*``, each with an owner record
 WORKDIR_PREFIX = "sonic-triton-"
 OWNER_FILE = "sonic-owner.json"
@@ -99,122 +98,78 @@ class TritonServer:
 
     Args:
         repository (ModelRepository | list[str]): the project's model repositories.
-        models (list[str] | None): models to serve (default: all in the repositories).
-        host (str): address gRPC binds; loopback by default ("0.0.0.0" to serve other machines).
-        http_host, metrics_host (str): addresses of the plain HTTP and metrics endpoints: loopback
-            whatever ``host`` is, unless given (HTTP inference has no TLS and would bypass it).
-        grpc_port, http_port, metrics_port (int | None): ports; None chooses free ones.
-        device (str): "cpu" (GPUs hidden) or "gpu".
-        python (str | None): interpreter for python models (default: this one).
-        workdir (str | None): folder for the runtime repository, backends and log (default: a new temp
-            folder, removed on a clean stop).
-        keep_workdir (bool | None): keep the work folder after a clean stop too (default: true when the
-            ``SONIC_HEP_KEEP_WORKDIR`` environment variable is set; after a failure it is always kept).
-        env (dict | None): extra environment for the server (and its python models).
-        backends (dict | None): extra python-based backends, ``{name: folder with model.py}``.
-        ort_threads (int): onnxruntime intra-op threads per model instance (unless its config says).
-        python_shm_mb (int | None): each python stub's shared-memory pool, in MiB, made this size at
-            start and grown by a quarter of it (Triton's default is 1 MiB grown 1 MiB at a time). Models
-            whose executions carry tens of MB (ProtoDUNE patches merged by dynamic batching: ~36 MB
-            per execution) would otherwise grow it step by step, each step a new mapping; the GPU
-            entry page-locks the pool where it lies, once per mapping. The pool lives in
-            ``/dev/shm``, whose pages are only taken when touched.
-        model_control (str): "none" (load everything at start) or "explicit" (load/unload through the API).
-        tls_cert, tls_key (str | None): PEM server certificate and key: gRPC over TLS.
-        tls_root_cert (str | None): PEM root certificate of client certificates: mutual TLS (a client
-            without a certificate signed by it is refused).
-        log_verbose (int): Triton's ``--log-verbose`` level.
-        startup_timeout (float): seconds to wait for readiness.
-        cpus (Iterable[int] | str | None): CPU cores the server (and its python stubs) may run on, so
-            that a server sharing a node with jobs gets cores of its own, as a list or as ``taskset -c``
-            writes them ("0-3,8") (default: all of this process's).
-        strict (bool): refuse to start (one line naming each model and reason) when a model cannot be
-            served; by default such models are left out, each logged with its reason (``skipped``).
-        shm_janitor_s (float): how often the shared memory regions that clients registered are checked, and
-            those of clients that died unregistered (``shm_janitor.py``); 0 checks never.
-        backend (str): what serves ``onnxruntime_onnx`` models: "native" (the compiled backend,
-            ``backends/native``; an error when it cannot be built), "python" (the python-based one) or
-            "auto" (native where it builds, else python-based after a one-line notice).
+        options (ServerOptions | None): how it runs (``server_options.py``: device, backend, cores, binding,
+            ports, TLS, work folder ...); default: ``ServerOptions()``.
+        **overrides: single fields of ``options`` by name (``TritonServer(repos, backend="python")``).
+
+    Raises:
+        InferenceError: an option out of its bounds (one line: ``server backend must be one of ...``), a TLS
+            certificate that expired, or cores this process does not have.
+
+    ``host`` binds gRPC only: HTTP and metrics stay on loopback unless ``http_host`` / ``metrics_host`` say
+    otherwise (HTTP inference has no TLS and would bypass it). ``python_shm_mb`` sizes each python stub's pool
+    up front: models whose executions carry tens of MB (ProtoDUNE patches merged by dynamic batching: ~36 MB
+    per execution) would otherwise grow it step by step, each step a new mapping the GPU entry page-locks.
+    ``strict`` refuses to start when a model cannot be served; by default such models are left out, each
+    logged with its reason (``skipped``).
     """
 
-    def __init__(self, repository: ModelRepository | Iterable[str | os.PathLike], *, models: list[str] | None = None,
-                 host: str = "127.0.0.1", http_host: str = "127.0.0.1", metrics_host: str = "127.0.0.1",
-                 grpc_port: int | None = None, http_port: int | None = None,
-                 metrics_port: int | None = None, device: str = "cpu", python: str | None = None,
-                 workdir: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-                 backends: dict[str, Path] | None = None, ort_threads: int = 1, python_shm_mb: int | None = None,
-                 model_control: str = "none",
-                 log_verbose: int = 0, startup_timeout: float = 180.0, tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_root_cert: str | None = None,
-                 cpus: Iterable[int] | str | None = None,
-                 keep_workdir: bool | None = None, backend: str = "auto", strict: bool = False,
-                 shm_janitor_s: float = SHM_JANITOR_S):
-        if device not in ("cpu", "gpu"):
-            raise InferenceError(f"server device must be 'cpu' or 'gpu', not {device!r}")
-        if backend not in BACKEND_CHOICES:
-            raise InferenceError(f"server backend must be one of {', '.join(BACKEND_CHOICES)}, not {backend!r}")
-        if model_control not in ("none", "explicit"):
-            raise InferenceError(f"model_control must be 'none' or 'explicit', not {model_control!r}")
-        if bool(tls_cert) != bool(tls_key) or (tls_root_cert and not tls_cert):
-            raise InferenceError("TLS needs both tls_cert and tls_key (and tls_root_cert only with them, for mutual TLS)")
-        for path in (tls_cert, tls_key, tls_root_cert):
-            if path and not os.path.isfile(path):
-                raise InferenceError(f"TLS file {path} does not exist")
-        for path, what in ((tls_cert, "TLS certificate"), (tls_root_cert, "TLS root certificate")):
+    def __init__(self, repository: ModelRepository | Iterable[str | os.PathLike], options: ServerOptions | None = None,
+                 **overrides: Any):
+        # keywords are ServerOptions' fields, for code and tests that set one or two of them
+        options = dataclasses.replace(options or ServerOptions(), **overrides).checked(
+            error=lambda problem: InferenceError(f"server {problem.key} {problem.message}"))
+        self.options = options
+        for path, what in ((options.tls_cert, "TLS certificate"), (options.tls_root_cert, "TLS root certificate")):
             refusal, warning = own_certificate(path, what) if path else (None, None)
             if refusal:
                 raise InferenceError(refusal)
             if warning:
                 log.warning("%s", warning)
-        self.tls = {"cert": tls_cert, "key": tls_key, "root": tls_root_cert}
-        if isinstance(cpus, str):
-            cpus = parse_cpus(cpus)
-        self.cpus = sorted(set(cpus)) if cpus is not None else None
+        self.tls = {"cert": options.tls_cert, "key": options.tls_key, "root": options.tls_root_cert}
+        self.cpus = options.cpus
         if self.cpus is not None:
             unknown = set(self.cpus) - os.sched_getaffinity(0)
-            if not self.cpus or unknown:
+            if unknown:
                 raise InferenceError(f"server cpus {self.cpus} are not a non-empty subset of this process's cores "
                                      f"{sorted(os.sched_getaffinity(0))}")
         self.repository = repository if isinstance(repository, ModelRepository) else ModelRepository(list(repository))
-        self.models = models
-        self.host = host
-        self.hosts = {"grpc": host, "http": http_host, "metrics": metrics_host}
-        self._fixed_ports = {"grpc": grpc_port, "http": http_port, "metrics": metrics_port}
+        self.models = options.models
+        self.host = options.host
+        self.hosts = {"grpc": options.host, "http": options.http_host, "metrics": options.metrics_host}
+        self._fixed_ports = {"grpc": options.grpc_port, "http": options.http_port, "metrics": options.metrics_port}
         self.ports: dict[str, int] = {}
-        self.device = device
-        self.backend = backend
+        self.device = options.device
+        self.backend = options.backend
         #: which backend serves each served model ("onnxruntime (native)", "python", ...), set by start()
         self.model_backends: dict[str, str] = {}
-        self.python = python_runtime(python)
-        self.extra_env = dict(env or {})
-        self.backends = backends
-        self.ort_threads = ort_threads
-        if python_shm_mb is not None and int(python_shm_mb) < 1:
-            raise InferenceError(f"python_shm_mb must be a positive number of MiB, not {python_shm_mb!r}")
-        self.python_shm_mb = None if python_shm_mb is None else int(python_shm_mb)
-        self.model_control = model_control
-        self.log_verbose = log_verbose
-        self.startup_timeout = startup_timeout
+        self.python = python_runtime(options.python)
+        self.extra_env = dict(options.env)
+        self.backends = {name: Path(folder) for name, folder in options.backends.items()} or None
+        self.ort_threads = options.ort_threads
+        self.python_shm_mb = options.python_shm_mb
+        self.model_control = options.model_control
+        self.log_verbose = options.log_verbose
+        self.startup_timeout = options.startup_timeout
         self.served: list[str] = []
-        self.strict = strict
+        self.strict = options.strict
         #: models left out because this server cannot serve them: ``{name: reason}`` (see ``servable.py``)
         self.skipped: dict[str, str] = {}
         self.process: subprocess.Popen | None = None
         self._log_file: Any = None
-        if shm_janitor_s < 0:
-            raise InferenceError(f"shm_janitor_s must be a number of seconds >= 0 (0: never), not {shm_janitor_s!r}")
-        self.shm_janitor_s = float(shm_janitor_s)
+        self.shm_janitor_s = float(options.shm_janitor_s)
         self.janitor: ShmJanitor | None = None
         self.owner = ProcessId.current()
         self._shm_prefix = f"sonic_triton_{self.owner.tag}_{next(_numbers)}_"
-        self.keep_workdir = keep_workdir if keep_workdir is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
-        self._own_workdir = workdir is None
-        if workdir is None:
+        keep = options.keep_workdir
+        self.keep_workdir = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
+        self._own_workdir = options.workdir is None
+        if options.workdir is None:
             sweep_stale_workdirs()
             self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
             self._write_owner()
         else:
-            self.workdir = Path(workdir)
+            self.workdir = Path(options.workdir)
 
     # -- addresses -------------------------------------------------------------------------------------
     @staticmethod
@@ -650,20 +605,6 @@ def model_backend(info: ModelInfo, native: bool) -> str:
     if serves_with_onnxruntime(info):
         return "onnxruntime (native)" if native else "onnxruntime (python-based)"
     return f"{info.backend} (python-based)" if info.backend in ENGINES else info.backend or "?"
-
-
-def parse_cpus(text: str) -> list[int]:
-    """A CPU list as ``taskset -c`` and Slurm write it (``"0-7,12,14-15"``) → sorted core numbers."""
-    cpus: set[int] = set()
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            first, _, last = part.partition("-")
-            cpus.update(range(int(first), int(last or first) + 1))
-    except ValueError:
-        raise InferenceError(f"bad CPU list {text!r}: write it like 0-7,12") from None
-    if not cpus:
-        raise InferenceError(f"bad CPU list {text!r}: no cores in it")
-    return sorted(cpus)
 
 
 def sweep_stale_workdirs(folder: str | os.PathLike | None = None) -> list[Path]:

@@ -45,10 +45,12 @@ from typing import Any
 
 from ..errors import InferenceError, did_you_mean
 from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
-from .connection import ServerConnection, ServerSpec
+from .connection import ServerConnection
 from .keepalive import dead_by_keepalive
 from .model_digest import digest, file_digests, mismatch, model_digest
 from .repository import ModelInfo, ModelRepository, config_checksums
+from .server_options import fallback_server
+from .server_spec import ServerSpec
 from .triton_errors import NoServerError, RequestError
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,8 @@ class ServerPool:
         repository (ModelRepository | None): the job's repository: checksums are compared against it
             and the fallback server serves it.
         fallback (bool): start a local server when no healthy server has a model.
-        fallback_options (dict): keyword arguments for the fallback :class:`~.server.TritonServer`.
+        fallback_options (dict): options of the fallback server, ``services.inference.fallback_server``
+            (:class:`~.server_options.ServerOptions`' fields by name).
         connection_options (dict): keyword arguments for every :class:`ServerConnection`
             (timeout_s, compression, model_versions).
         shared_memory (str): "auto" (local servers), "on" or "off".
@@ -176,10 +179,9 @@ class ServerPool:
                                     "(services.inference.repository)")
             from .server import TritonServer
 
-            options = {"device": "cpu", **self.fallback_options}
             log.info("starting a local fallback Triton server on %s", [str(p) for p in self.repository.paths])
             try:
-                server = TritonServer(self.repository, **options).start()
+                server = TritonServer(self.repository, fallback_server(self.fallback_options)).start()
             except InferenceError as err:
                 self._fallback_error = err
                 raise

@@ -16,9 +16,9 @@
         fleet_wait_s: 60             # wait this long for the fleet's first server before the fallback
         fleet_tls: {}                # this client's private_key / certificate_chain (mutual TLS), root_certificates
         fallback: true               # start a local Triton server when no server has a model
-        fallback_server: {}          # options of that server: ort_threads, python, device, startup_timeout,
-                                     # backend (auto | native | python: what serves ONNX models),
-                                     # cpus (cores it may use, e.g. "1" or "0-3": the job keeps all of its own) ...
+        fallback_server: {}          # options of that server (ServerOptions, server_options.py: the flags of
+                                     # sonic server start with underscores): backend, cpus ("1" or "0-3": the
+                                     # job keeps all of its own), strict, ort_threads, python, device ...
         timeout_s: 60                # per request
         allowed_tries: 3             # per request and server, before failing over
         breaker_threshold: 3         # consecutive deadlines/unreachable answers that take a server out of rotation
@@ -43,13 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InferenceError, did_you_mean
+from ..errors import ConfigError
 from ..paths import project_path
 from ..services import Service
 from ..settings import Problem, build, limits
 from .client import InferenceClient
 from .keepalive import MIN_TIME_S, TIME_S, TIMEOUT_S
 from .repository import ModelRepository
+from .server_options import fallback_server
 
 
 @dataclass
@@ -94,48 +95,9 @@ class InferenceConfig:
             return [value] if key == "repository" and isinstance(value, str) else value  # one folder as a list
 
         config = build(cls, raw, error=error, prepare=prepare)
-        for key in config.fallback_server:
-            if key not in FALLBACK_SERVER_OPTIONS:
-                raise ConfigError(f"unknown fallback server option{did_you_mean(key, FALLBACK_SERVER_OPTIONS)}; "
-                                  f"known: {sorted(FALLBACK_SERVER_OPTIONS)}",
-                                  key=f"services.inference.fallback_server.{key}")
-        cpus = config.fallback_server.get("cpus")
-        if cpus is not None:
-            config.fallback_server["cpus"] = _core_list(cpus)
-        backend = config.fallback_server.get("backend", "auto")
-        if backend not in SERVER_BACKENDS:
-            raise ConfigError(f"must be one of {', '.join(SERVER_BACKENDS)}, not {backend!r}",
-                              key="services.inference.fallback_server.backend")
+        options = fallback_server(config.fallback_server)  # checked now, before the job starts one
+        config.fallback_server = {key: getattr(options, key) for key in config.fallback_server}
         return config
-
-
-#: the options of ``fallback_server`` (passed on to the local server it starts)
-FALLBACK_SERVER_OPTIONS = frozenset({"ort_threads", "python_shm_mb", "python", "device", "startup_timeout", "log_verbose",
-                                     "workdir", "env", "models", "host", "backends", "backend", "strict", "cpus",
-                                     "shm_janitor_s"})
-#: values of ``fallback_server.backend`` (the same as ``TritonServer``'s ``backend``; checked here to name the key)
-SERVER_BACKENDS = ("auto", "native", "python")
-
-
-def _core_list(value: Any) -> list[int]:
-    """``fallback_server.cpus`` as core numbers: ``"0-3,8"`` (as ``taskset -c`` writes it), one number, or a list.
-
-    Why a job would confine its own server: on a small machine a job with several events in flight keeps
-    the cores busy with its own Python, and a server free to run on every core competes with it there.
-    """
-    from .server import parse_cpus  # the one parser of core lists (sonic server start --cpus too)
-
-    key = "services.inference.fallback_server.cpus"
-    if isinstance(value, bool) or not isinstance(value, (str, int, list)):
-        raise ConfigError(f"must be a core list such as \"0-3,8\" or [0, 1], not {value!r}", key=key)
-    try:
-        if isinstance(value, list):
-            if not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
-                raise ValueError
-            return sorted(set(value))
-        return parse_cpus(str(value))
-    except (InferenceError, ValueError):
-        raise ConfigError(f"must be a core list such as \"0-3,8\" or [0, 1], not {value!r}", key=key) from None
 
 
 def resolve_repository(path: str) -> str:

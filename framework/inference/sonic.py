@@ -15,7 +15,7 @@ What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
    are split, ragged entries go as several rectangular requests, a model without batch dimension
    gets its inputs as they are;
 3. each request goes to the server the :class:`~.servers.ServerPool` chooses, asynchronously
-   (a worker thread of the server's connection makes the call, ``connection.py`` says why; system shared
+   (the server's connection hands it to its transport, ``transport/`` says which and why; system shared
    memory when the server is local; gRPC compression if asked);
 4. a failed request is retried on the same server up to ``allowed_tries`` times when that can help
    (server busy; a deadline only when no other server has the model) and the server is still in
@@ -52,9 +52,10 @@ from ..futures import gather, then
 from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
 from .breaker import BreakerSettings
-from .connection import ServerConnection, ServerSpec, fixed_size
+from .connection import ServerConnection, fixed_size
 from .keepalive import Keepalive
 from .repository import ModelInfo, ModelRepository
+from .server_spec import ServerSpec
 from .server_statistics import compute_ns, not_one_server
 from .servers import ServerPool
 from .triton_errors import NoServerError, RequestError

@@ -7,7 +7,7 @@ import pytest
 import uproot
 
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.connection import ServerSpec
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.server import TritonServer

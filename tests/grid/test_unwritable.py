@@ -76,6 +76,20 @@ def test_a_record_that_cannot_be_written_names_the_file_and_leaves_the_old_one(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]  # no temporary left
 
 
+def test_the_temporary_of_a_writer_killed_mid_record_is_removed_by_the_next_write(tmp_path):
+    """A job killed between writing a record's temporary and renaming it leaves the temporary behind; it is
+    named after its writer as every temporary of the project is, so the next write of the record sweeps it."""
+    from sonic_hep.framework import atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path = tmp_path / "state.json"
+    left = Path(atomic.temporary_name(str(path)).replace(f"-{os.getpid()}-", f"-{int(dead.stdout)}-"))
+    left.write_text('{"state": "runn')
+    records.write_json(path, {"state": "done"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+    assert json.loads(path.read_text()) == {"state": "done"}
+
+
 def test_the_job_wrapper_says_in_one_line_which_file_it_cannot_write(tmp_path):
     task = done_task(tmp_path)
     before = task.files(0).report.read_text()

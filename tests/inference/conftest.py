@@ -11,7 +11,7 @@ import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.data.demo.models import write_mlp
-from sonic_hep.framework.inference.connection import ServerSpec
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.servers import ServerPool

@@ -19,7 +19,7 @@ import uproot
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.inference.breaker import BreakerSettings
-from sonic_hep.framework.inference.connection import ServerSpec
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.framework.inference.servers import ServerPool

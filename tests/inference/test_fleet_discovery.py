@@ -17,7 +17,7 @@ import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference import auto_mode
-from sonic_hep.framework.inference.connection import ServerSpec
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.fleet_directory import (Entry, deregister, discover, entry_path, live_entries,
                                                            read_entries, register, scan, servers_dir)
 from sonic_hep.framework.inference.server import TritonServer

@@ -405,7 +405,13 @@ def test_server_start_takes_the_backend_from_the_configuration(tmp_path, monkeyp
     import argparse
 
     from sonic_hep.framework import config as cfgmod
-    from sonic_hep.workflows.cli.server import _backend, _cpus, repositories_of
+    from sonic_hep.workflows.cli.server import repositories_of, server_options
+
+    def _backend(args):
+        return server_options(args).backend
+
+    def _cpus(args):
+        return server_options(args).cpus
 
     loads = []
     load = cfgmod.load

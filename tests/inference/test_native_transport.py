@@ -13,7 +13,8 @@ import pytest
 
 from sonic_hep.framework.errors import ConfigError
 from sonic_hep.framework.inference import connection as connection_module
-from sonic_hep.framework.inference.connection import ServerConnection, ServerSpec
+from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.server import TritonServer

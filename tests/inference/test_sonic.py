@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.connection import ServerConnection, ServerSpec
+from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.server import free_port
 from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from sonic_hep.data.demo.models import write_mlp
-from sonic_hep.framework.inference import connection as connection_module
-from sonic_hep.framework.inference.connection import ServerConnection, ServerSpec, _Deadlines
+from sonic_hep.framework.inference.calls import _Deadlines
+from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.server_spec import ServerSpec
+from sonic_hep.framework.inference.transport import grpcio as grpcio_transport
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.server import TritonServer, free_port
@@ -57,7 +59,7 @@ def test_every_request_is_answered_while_workers_come_and_go(server, repository,
     """8 sending threads, 480 requests of 1 to 5 rows: every answer is the one of its own input (equal to
     direct). On grpcio, workers leave as soon as they are idle, and no request is left in the queue with
     nobody to take it; on the native transport, the answers of many calls come back in batches."""
-    monkeypatch.setattr(connection_module, "WORKER_IDLE_S", 0.001)
+    monkeypatch.setattr(grpcio_transport, "WORKER_IDLE_S", 0.001)
     direct = DirectClient(ModelRepository([repository]))
     connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=30, shared_memory=shared_memory,
                                   transport=transport)
@@ -93,7 +95,7 @@ def test_every_request_is_answered_while_workers_come_and_go(server, repository,
 def test_a_request_whose_deadline_passes_in_the_queue_is_never_sent(server, monkeypatch):
     """With one worker busy on a slow call, a request queued behind it fails at its deadline and never
     reaches the server (a server far behind gets no work nobody waits for); the slow call still ends."""
-    monkeypatch.setattr(connection_module, "MAX_WORKERS", 1)
+    monkeypatch.setattr(grpcio_transport, "MAX_WORKERS", 1)
     connection = ServerConnection(ServerSpec(server.grpc_url), timeout_s=0.3, transport="grpcio")
     try:
         slow, mlp = connection.model_info("slow"), connection.model_info("demo_mlp")
@@ -160,7 +162,7 @@ def test_a_grpc_error_keeps_its_code_and_details():
 class _FakeCall:
     def __init__(self, deadline: float, finished: bool = False):
         self.deadline, self.finished = deadline, finished
-        self.connection = self
+        self.ledger = self
 
 
 def test_the_deadline_keeper_expires_running_calls_in_deadline_order_and_skips_finished_ones():
@@ -174,7 +176,7 @@ def test_the_deadline_keeper_expires_running_calls_in_deadline_order_and_skips_f
             done.set()
 
     for call in calls:
-        call._expire = expire
+        call.expire = expire
     keeper = _Deadlines()
     keeper._pid = os.getpid()  # its thread is started below, once every call is in (so the order is the heap's)
     for call in calls:
@@ -188,7 +190,7 @@ def test_the_deadline_keeper_expires_running_calls_in_deadline_order_and_skips_f
 def test_close_fails_the_requests_still_queued_and_never_sends_them(monkeypatch):
     """One worker held by a call that does not end within the grace: the request queued behind it fails
     (CANCELLED, retried elsewhere by the client) when the connection closes, and is never sent."""
-    monkeypatch.setattr(connection_module, "MAX_WORKERS", 1)
+    monkeypatch.setattr(grpcio_transport, "MAX_WORKERS", 1)
     connection = ServerConnection(ServerSpec(f"127.0.0.1:{free_port()}"), timeout_s=30, transport="grpcio")
     sent: list[str] = []
     release = threading.Event()
@@ -198,7 +200,7 @@ def test_close_fails_the_requests_still_queued_and_never_sends_them(monkeypatch)
         release.wait(30)
         raise RequestError("m", connection.address, "UNAVAILABLE", "gone", "failover")
 
-    monkeypatch.setattr(connection, "_rpc", lambda: hung_call)
+    monkeypatch.setattr(connection._transport, "_rpc", lambda: hung_call)
     spec = SimpleNamespace(name="a", datatype="FP32")
     info = SimpleNamespace(name="m", inputs=[spec, SimpleNamespace(name="b", datatype="FP32")], outputs=[],
                            max_batch_size=0)

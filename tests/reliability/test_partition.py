@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
-from sonic_hep.framework.inference.connection import ServerConnection, ServerSpec
+from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.keepalive import Keepalive, dead_by_keepalive
 from sonic_hep.framework.inference.repository import ModelRepository

@@ -43,7 +43,7 @@ CLIENT_MAPPING = re.compile(r"/dev/shm/sonic_\d+-\d+_")
 CLIENT = textwrap.dedent("""
     import sys
     import numpy as np
-    from sonic_hep.framework.inference.connection import ServerSpec
+    from sonic_hep.framework.inference.server_spec import ServerSpec
     from sonic_hep.framework.inference.servers import ServerPool
     from sonic_hep.framework.inference.sonic import SonicClient
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ...framework import config as cfgmod
-from ...framework.atomic import temporary_name
+from ...framework.atomic import write_atomically
 from ...framework.inference.client import InferenceClient, InputArray
 from ...framework.inference.fake import use_client
 from ...framework.inference.repository import ModelInfo
@@ -105,15 +105,11 @@ def record(path: str | os.PathLike, events: int, seed: int, rows: int) -> dict[s
         for name in names:
             kept = (mix.get(model, {}).get(name, []) + boosted.get(model, {}).get(name, []))[:rows]
             arrays[f"{model}{SEP}{name}"] = stack(kept)
-    target = str(path)
-    tmp_path = temporary_name(target)
-    try:
-        with open(tmp_path, "wb") as stream:
+    def fill(temporary: str) -> None:
+        with open(temporary, "wb") as stream:  # a stream: numpy would add ``.npz`` to a name
             np.savez_compressed(stream, **arrays)
-        os.replace(tmp_path, target)
-    finally:
-        if os.path.exists(tmp_path):
-            os.unlink(tmp_path)
+
+    write_atomically(path, fill)
     return per_event
 
 

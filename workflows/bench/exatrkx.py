@@ -44,7 +44,8 @@ from ...framework.inference.server_statistics import compute_ns
 from ...modules.exatrkx.matching import MatchCounts
 from ...modules.exatrkx.performance import summed_counts
 from ._load import process_tree_cpu
-from ._machine import CoreSplit, machine_description
+from ._machine import CoreSplit
+from ._report import BenchReport, header
 from ._samples import generated_input
 
 log = logging.getLogger(__name__)
@@ -148,11 +149,11 @@ def run_one(name: str, path: str, out: Path, server: str | None, args: argparse.
 
 def markdown(results: dict[str, Any]) -> str:
     runs = results["runs"]
-    lines = ["# sonic bench exatrkx\n", f"Machine: {results['machine']}  ",
-             f"Input: {results['input']} ({runs[0]['events']} events, {results['hits_per_event']:.0f} hits/event), "
-             f"{results['streams']} stream(s), {results['threads']} thread(s)  ",
-             f"CPU pinning: {results.get('pinning', 'none')}; local server: "
-             f"{results.get('server_ort_threads', 1)} onnxruntime thread(s) per model instance\n",
+    lines = [*header("sonic bench exatrkx", results,
+                     f"Input: {results['input']} ({runs[0]['events']} events, {results['hits_per_event']:.0f} "
+                     f"hits/event), {results['streams']} stream(s), {results['threads']} thread(s)",
+                     f"CPU pinning: {results.get('pinning', 'none')}; local server: "
+                     f"{results.get('server_ort_threads', 1)} onnxruntime thread(s) per model instance"),
              "| stage | " + " | ".join(f"{TITLES[r['run']]} ms/evt" for r in runs) + " |",
              "|---|" + "---:|" * len(runs)]
     for stage, label, model in STAGES:
@@ -213,8 +214,8 @@ def stop_local(local: dict[str | None, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    report = BenchReport.start("exatrkx", args.out)  # before the pinning narrows the machine this process sees
+    out = report.out
     path = args.input or generated_input(out, "exatrkx", args.events, args.seed)
     names = [n.strip() for n in (args.runs or ("direct,sonic,ensemble" if args.server else LOCAL_RUNS)).split(",")
              if n.strip()]
@@ -224,7 +225,6 @@ def run(args: argparse.Namespace) -> int:
     if args.server and any(RUNS[n][2] for n in names):
         raise SystemExit("sonic bench exatrkx: runs naming a backend start their own local server; with --server "
                          "use --runs direct,sonic,ensemble")
-    machine = machine_description()  # before the pinning narrows what this process sees
     cores = CoreSplit(args.server_cpus)
     everything = os.sched_getaffinity(0)
     runs, unavailable = [], {}
@@ -250,15 +250,11 @@ def run(args: argparse.Namespace) -> int:
     with uproot.open(path) as file:
         hits = float(np.mean(file["Events"]["nHit"].array(library="np")))
     reference = runs[0]["_labels"]
-    results = {"machine": machine, "input": os.path.basename(path), "hits_per_event": hits,
+    results = {**report.fields(), "input": os.path.basename(path), "hits_per_event": hits,
                "streams": args.streams, "threads": args.threads, "server": args.server or "local (started by the bench)",
                "unavailable": unavailable,
                "pinning": cores.describe(), "server_ort_threads": args.server_ort_threads,
                "labels_equal": {r["run"]: bool(np.array_equal(r["_labels"], reference)) for r in runs[1:]},
                "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
-    (out / "exatrkx.json").write_text(json.dumps(results, indent=2, default=str))
-    text = markdown(results)
-    (out / "exatrkx.md").write_text(text)
-    print(text)
-    print(f"results in {os.path.abspath(out)}/exatrkx.{{md,json}}")
+    report.write(markdown(results), results)
     return 0

@@ -27,14 +27,11 @@ tables, with the command, machine and date), ``framework.json`` and ``framework.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import platform
 import statistics
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +42,8 @@ import uproot
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...framework.tree_writer import TreeWriter, compression
-from ._machine import bench_command, describe_load, load_average, machine_description
+from ._machine import describe_load, load_average
+from ._report import BenchReport, header
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -255,10 +253,9 @@ def dijet_benchmark(n: int, repeat: int, workdir: Path, values: tuple[int, ...] 
     return rows
 
 
-def markdown(sched: list[dict[str, Any]], io: list[dict[str, Any]], machine: str,
-             columnar: dict[str, Any] | None = None, command: str = "sonic bench framework", date: str = "",
-             dijet: list[dict[str, Any]] | None = None) -> str:
-    lines = [f"# sonic bench framework\n\nCommand: `{command}`  \nMachine: {machine}  \nDate: {date}\n",
+def markdown(results: dict[str, Any]) -> str:
+    sched, io, columnar, dijet = results["scheduler"], results["io"], results.get("columnar"), results.get("dijet")
+    lines = [*header("sonic bench framework", results),
              "## Scheduler cost per module call (NullProducer chains)\n",
              "| streams | threads | events per batch | µs per module call | µs per event (fixed) |",
              "|---:|---:|---:|---:|---:|"]
@@ -347,30 +344,21 @@ def plot(sched: list[dict[str, Any]], io: list[dict[str, Any]], path: Path,
     else:
         b.set_axis_off()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    machine = machine_description()
-    command, date = bench_command("framework"), datetime.now().astimezone().isoformat(timespec="seconds")
+    report = BenchReport.start("framework", args.out)
     load_before = load_average()
     sched = scheduler_benchmark(args.events, args.modules, args.repeat)
     columnar = columnar_benchmark(args.events_per_call, args.modules, args.columnar_calls, args.repeat)
     io: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
+    with tempfile.TemporaryDirectory(dir=report.out) as tmp:
         dijet = dijet_benchmark(args.dijet_events, args.repeat, Path(tmp)) if args.dijet_events > 0 else []
         if args.io_events > 0:  # 0 skips the I/O comparison
             io = [io_benchmark(args.io_events, args.repeat, Path(tmp), layout) for layout in ("full", "slim")]
-    load = describe_load(load_before, load_average())
-    results = {"machine": machine, "command": command, "date": date, "load": load,
+    results = {**report.fields(), "load": describe_load(load_before, load_average()),
                "python": platform.python_version(), "scheduler": sched, "columnar": columnar, "dijet": dijet, "io": io}
-    (out / "framework.json").write_text(json.dumps(results, indent=2))
-    text = markdown(sched, io, machine, columnar, command, f"{date}, {load}", dijet)
-    (out / "framework.md").write_text(text)
-    plot(sched, io, out / "framework.png", columnar)
-    print(text)
-    print(f"results in {os.path.abspath(out)}/framework.{{md,json,png}}")
+    report.write(markdown(results), results, {"framework.png": lambda path: plot(sched, io, path, columnar)})
     return 0

@@ -52,8 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.atomic import write_text, write_with
-from ._machine import machine_description
+from ._report import BenchReport, header
 from ...framework.paths import MODELS
 
 MODEL = "emtrkmichelid"
@@ -365,7 +364,7 @@ def measure_server(label: str, settings: dict[str, Any], args: argparse.Namespac
         log = workdir / f"stages_{label}.jsonl"
         log.unlink(missing_ok=True)
         server = TritonServer([repo], device="gpu" if gpu else "cpu", python_shm_mb=args.python_shm_mb,
-                              env={"SONIC_STAGE_LOG": str(log)} if stage_log else None).start()
+                              env={"SONIC_STAGE_LOG": str(log)} if stage_log else {}).start()
         try:
             stats = grpcclient.InferenceServerClient(server.grpc_url)
 
@@ -435,10 +434,9 @@ def reference_scores(patches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # -- report ---------------------------------------------------------------------------------------------
 def markdown(report: dict[str, Any]) -> str:
-    lines = ["# ProtoDUNE EmTrkMichelId on one GPU: direct vs served", "", f"Machine: {report['machine']}", "",
-             f"Command: `{report['command']}`", "",
-             f"Events: {report['events']} ({report['patches_per_event']:.0f} patches per event, uint8, "
-             f"{report['mb_per_event']:.0f} MB); client requests of {report['arguments']['batch_size']} patches.", ""]
+    lines = header("sonic bench gpu: ProtoDUNE EmTrkMichelId on one GPU, direct vs served", report,
+                   f"Events: {report['events']} ({report['patches_per_event']:.0f} patches per event, uint8, "
+                   f"{report['mb_per_event']:.0f} MB); client requests of {report['arguments']['batch_size']} patches.")
     lines += ["## Stages of one event, direct (ms, CUDA events)", "",
               "| code path | " + " | ".join(STAGES) + " | total |", "|---" * (len(STAGES) + 2) + "|"]
     for name, stages in report["direct_stages"].items():
@@ -491,15 +489,20 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict[str, Any], out: Path) -> None:
+#: one colour per stage, the same in both figures
+COLOURS = {"h2d": "#4477aa", "widen": "#66ccee", "convolve": "#228833", "dense1": "#ccbb44", "heads": "#ee6677",
+           "d2h": "#aa3377", "inputs": "#bbbbbb", "forward": "#228833", "d2h_and_responses": "#aa3377",
+           "overhead": "#777777", "input copy": "#dddddd"}
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """``gpu.png``: one event's stages, direct against served at saturation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"h2d": "#4477aa", "widen": "#66ccee", "convolve": "#228833", "dense1": "#ccbb44", "heads": "#ee6677",
-               "d2h": "#aa3377", "inputs": "#bbbbbb", "forward": "#228833", "d2h_and_responses": "#aa3377",
-               "overhead": "#777777", "input copy": "#dddddd"}
+    colours = COLOURS
     fig, ax = plt.subplots(figsize=(8, 4))
     bars: list[tuple[str, list[tuple[str, float]]]] = []
     for name, stages in report["direct_stages"].items():
@@ -528,9 +531,18 @@ def plot(report: dict[str, Any], out: Path) -> None:
                  "(instance time per event ÷ instances, which share the GPU)", fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
-    write_with(str(out / "gpu.png"), "gpu.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
+
+def plot_timeline(report: dict[str, Any], path: Path) -> None:
+    """``gpu_timeline.png``: the server's executions over one second beside one direct event's stages."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = COLOURS
     fig, axes = plt.subplots(2, 1, figsize=(9, 5), gridspec_kw={"height_ratios": [3, 1]})
     staged = [row for row in report["servers"] if row.get("stages")]
     if staged:
@@ -560,7 +572,7 @@ def plot(report: dict[str, Any], out: Path) -> None:
     axes[0].legend(handles, ["stub reads inputs", "host→device", "widen", "convolve", "dense1", "heads",
                              "forward", "device→host"], fontsize=7, ncol=4, loc="upper right")
     fig.tight_layout()
-    write_with(str(out / "gpu_timeline.png"), "gpu_timeline.png", lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -596,8 +608,7 @@ def run(args: argparse.Namespace) -> int:
 
     torch = require("torch", "sonic bench gpu (the network runs in torch, direct and served)")
     servers = parse_servers(args.servers, args.max_batch, network_overrides(args))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bench = BenchReport.start("gpu", args.out)
     workdir = Path(tempfile.mkdtemp(prefix="sonic-bench-gpu-"))
     failures: dict[str, str] = {}
     try:
@@ -659,16 +670,14 @@ def run(args: argparse.Namespace) -> int:
     summary = {"direct_events_per_s_at_saturation": best_direct, "server_events_per_s_at_saturation": best_server,
                "server_over_direct": best_server / best_direct if best_direct else 0.0,
                "server_ms_per_event_at_saturation": 1000 / best_server if best_server else 0.0}
-    report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
-              "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "events": len(patches),
+    report = {**bench.fields(), "arguments": {k: v for k, v in vars(args).items() if not callable(v)},
+              "events": len(patches),
               "patches_per_event": float(np.mean([len(p) for p in patches])),
               "mb_per_event": float(np.mean([p.nbytes for p in patches])) / 1e6,
               "direct_stages": direct_stage_rows, "direct": direct_rows, "servers": server_rows, "scores": scores,
               "summary": summary, "failures": failures}
-    write_text(str(out / "gpu.json"), "gpu.json", json.dumps(report, indent=1, default=str))
-    write_text(str(out / "gpu.md"), "gpu.md", markdown(report))
-    plot(report, out)
-    print(markdown(report))
+    bench.write(markdown(report), report, {"gpu.png": lambda path: plot(report, path),
+                                           "gpu_timeline.png": lambda path: plot_timeline(report, path)}, indent=1)
     return 1 if failures else 0
 
 

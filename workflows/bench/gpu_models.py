@@ -60,13 +60,12 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ...framework.atomic import write_text, write_with
 from ...framework.futures import gather
 from ...framework.inference.repository import ModelInfo, ModelRepository
 from ...framework.inference.runtime_repository import write_entry
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
-from ._machine import bench_command, machine_description
+from ._report import BenchReport, header
 from ...framework.paths import shared_folder
 
 #: the shared folder beside a development checkout (CMS's models; absent in a user's checkout)
@@ -373,17 +372,17 @@ def measure_model(model: Model, info: ModelInfo, modes: list[str], batches: list
 
 # -- report -------------------------------------------------------------------------------------------------
 def markdown(report: dict[str, Any]) -> str:
-    lines = ["# MiniAOD models and CMS ParticleNet: CPU vs GPU vs served, throughput vs batch size", "",
-             f"- machine: {report['machine']}", f"- command: `{report['command']}`",
-             f"- modes: {', '.join(report['modes'])}; torch device: {report['device']}; onnxruntime CPU threads: "
-             f"{report['threads']}" + (f"; served: local Triton, {report['instances']} instance(s) per model, "
-                                       f"{'KIND_CPU (dry run)' if report['device'] == 'cpu' else 'KIND_GPU'}, "
-                                       f"dynamic batching, {report['in_flight']} requests in flight, "
-                                       f"{report['served_precision']}" if "served-gpu" in report["modes"] else ""),
-             f"- inputs: {report['inputs']}; events/s = inferences/s ÷ objects per event "
-             f"({', '.join(f'{k}={v:g}' for k, v in report['per_event'].items())})",
-             f"- max |Δ|: against onnxruntime on the CPU (DeepMET: relative to its largest |output|); "
-             f"fp16 counts when ≤ {report['fp16_tolerance']:g}", ""]
+    lines = header("sonic bench gpu-models: MiniAOD models and CMS ParticleNet, CPU vs GPU vs served, throughput "
+                   "vs batch size", report,
+                   f"Modes: {', '.join(report['modes'])}; torch device: {report['device']}; onnxruntime CPU threads: "
+                   f"{report['threads']}" + (f"; served: local Triton, {report['instances']} instance(s) per model, "
+                                             f"{'KIND_CPU (dry run)' if report['device'] == 'cpu' else 'KIND_GPU'}, "
+                                             f"dynamic batching, {report['in_flight']} requests in flight, "
+                                             f"{report['served_precision']}" if "served-gpu" in report["modes"] else ""),
+                   f"Inputs: {report['inputs']}; events/s = inferences/s ÷ objects per event "
+                   f"({', '.join(f'{k}={v:g}' for k, v in report['per_event'].items())})",
+                   f"Max |Δ|: against onnxruntime on the CPU (DeepMET: relative to its largest |output|); "
+                   f"fp16 counts when ≤ {report['fp16_tolerance']:g}")
     lines += summary(report["rows"])
     for model in dict.fromkeys(r["model"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["model"] == model]
@@ -464,10 +463,6 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def write(out: Path, name: str, content: str) -> None:
-    write_text(str(out / name), name, content)
-
-
 def parse_list(text: str, option: str, known: tuple[str, ...] | None = None) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
@@ -519,8 +514,7 @@ def run(args: argparse.Namespace) -> int:
             per_event[key] = float(value)
         except ValueError:
             raise SystemExit(f"sonic bench gpu-models: --per-event {item!r}: not KEY=NUMBER") from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bench = BenchReport.start("gpu-models", args.out)
     failures: dict[str, str] = {}
     entries: dict[str, ModelInfo] = {}
     for model in models:
@@ -565,18 +559,11 @@ def run(args: argparse.Namespace) -> int:
                 client.close()
             if server is not None:
                 server.stop()
-    report = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "command": bench_command("gpu-models"),
-              "modes": modes, "device": args.device, "threads": args.threads, "instances": args.instances, "in_flight": args.in_flight,
-              "served_precision": args.served_precision,
+    report = {**bench.fields(), "modes": modes, "device": args.device, "threads": args.threads,
+              "instances": args.instances, "in_flight": args.in_flight, "served_precision": args.served_precision,
               "seconds_per_point": args.seconds, "fp16_tolerance": args.fp16_tolerance, "per_event": per_event,
               "inputs": (f"recorded from generated events ({args.inputs})" if recordings else
                          f"model shapes (preprocess.json maximum lengths), seed {args.seed}"),
               "rows": rows, "failures": failures, "total_s": time.perf_counter() - start}
-    text = markdown(report)
-    write(out, "gpu_models.json", json.dumps(report, indent=2, default=str))
-    write(out, "gpu_models.md", text)
-    write_with(str(out / "gpu_models.png"), "gpu_models.png", lambda tmp: plot(report, Path(tmp)))
-    print(text)
-    print(f"wrote {out / 'gpu_models.md'}, {out / 'gpu_models.json'}, {out / 'gpu_models.png'}")
+    bench.write(markdown(report), report, {"gpu_models.png": lambda path: plot(report, path)})
     return 1 if failures else 0

@@ -27,11 +27,9 @@ Results go to ``--out``: ``inference.md`` (tables), ``inference.json`` and ``inf
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,14 +39,15 @@ import numpy as np
 from ...data.demo.models import write_mlp
 from ...framework import Process
 from ...framework import config as cfgmod
-from ...framework.inference.connection import ServerSpec
+from ...framework.inference.server_spec import ServerSpec
 from ...framework.inference.direct import DirectClient
 from ...framework.inference.repository import ModelRepository
 from ...framework.inference.server import TritonServer
 from ...framework.inference.servers import ServerPool
 from ...framework.inference.sonic import SonicClient
 from ._load import closed_loop, in_flight
-from ._machine import CoreSplit, machine_description
+from ._machine import CoreSplit
+from ._report import BenchReport, header
 
 log = logging.getLogger(__name__)
 
@@ -179,11 +178,10 @@ def workflow(server: TritonServer, events: int, busy_ms: float, repeat: int, str
 
 def markdown(report: dict[str, Any]) -> str:
     load = report.get("load_average", {})
-    lines = ["# Inference benchmark: direct vs SONIC", "", f"Machine: {report['machine']}  ",
-             f"Load average (1 min) at start/end: {load.get('start', float('nan')):.1f} / {load.get('end', float('nan')):.1f} "
-             "(other jobs shared the machine)  ",
-             f"Command: `{report['command']}`  ", f"Date: {report['date']}  ",
-             f"CPU pinning: {report.get('pinning', 'none (server and clients share every core)')}", "",
+    lines = [*header("sonic bench inference: direct vs SONIC", report,
+                     f"Load average (1 min) at start/end: {load.get('start', float('nan')):.1f} / "
+                     f"{load.get('end', float('nan')):.1f} (other jobs shared the machine)",
+                     f"CPU pinning: {report.get('pinning', 'none (server and clients share every core)')}"),
              "## Latency and throughput (closed loop, one request per client at a time)", "",
              "| model | rows/request | mode | clients | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
     for r in report["latency"]:
@@ -235,21 +233,15 @@ def plot(report: dict[str, Any], path: Path) -> None:
     axes[3].set(title="workflow time per event", ylabel="ms/event")
     fig.suptitle(report["machine"], fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.clients, args.duration, args.events, args.repeat = [1, 2], 0.3, 200, 1
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M"),
-                              "command": "sonic bench inference " + " ".join(
-                                  f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                                  for k, v in vars(args).items() if v is not None and k in (
-                                      "clients", "duration", "depth", "load_processes", "events", "busy_ms", "repeat",
-                                      "streams", "threads", "server_cpus"))}
+    bench = BenchReport.start("inference", args.out)
+    report: dict[str, Any] = bench.fields()
     report["load_average"] = {"start": os.getloadavg()[0]}
     cores = CoreSplit(args.server_cpus)
     report["pinning"] = cores.describe()
@@ -262,10 +254,6 @@ def run(args: argparse.Namespace) -> int:
             report["batching"] = batching(server, repository, args.depth, args.duration, args.load_processes)
             report["workflow"] = workflow(server, args.events, args.busy_ms, args.repeat, args.streams, args.threads)
     report["load_average"]["end"] = os.getloadavg()[0]
-    (out / "inference.json").write_text(json.dumps(report, indent=2))
-    (out / "inference.md").write_text(markdown(report))
-    plot(report, out / "inference.png")
-    print(markdown(report))
-    print(f"wrote {out / 'inference.md'}, {out / 'inference.json'}, {out / 'inference.png'}")
+    bench.write(markdown(report), report, {"inference.png": lambda path: plot(report, path)})
     return 0
 

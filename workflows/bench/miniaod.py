@@ -41,12 +41,10 @@ to ``--out`` (by default a git-ignored folder, never the package): ``miniaod.md`
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
 import statistics
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +54,8 @@ from ...framework.errors import SonicError
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
 from ..compare import compare_files
-from ._machine import CoreSplit, bench_command, describe_load, load_average, machine_description
+from ._machine import CoreSplit, describe_load, load_average
+from ._report import BenchReport, header
 from ._samples import generated_input
 from ._load import process_tree_cpu
 
@@ -270,11 +269,10 @@ DEFINITIONS = [
 
 def markdown(results: dict[str, Any]) -> str:
     runs = results["runs"]
-    lines = ["# sonic bench miniaod\n", f"Command: `{results.get('command', 'sonic bench miniaod')}`  ",
-             f"Machine: {results['machine']}  ", f"Date: {results.get('date', '')}, {results.get('load', '')}  ",
-             f"Input: {results['input']} ({runs[0]['events']} events), config {results['config']}, "
-             f"{results['streams']} stream(s), {results['threads']} thread(s)  ",
-             f"CPU pinning: {results.get('pinning', 'none')}\n"]
+    lines = header("sonic bench miniaod", results,
+                   f"Input: {results['input']} ({runs[0]['events']} events), config {results['config']}, "
+                   f"{results['streams']} stream(s), {results['threads']} thread(s)",
+                   f"CPU pinning: {results.get('pinning', 'none')}")
     repeat = results.get("repeat", 1)
     lines += [f"## Per event or in batches{' (each run: the median of ' + str(repeat) + ')' if repeat > 1 else ''}\n",
               "| run | evt/call | ms/event | events/s | job CPU ms/evt | server CPU ms/evt | model-only ms/evt | "
@@ -382,8 +380,8 @@ def local_server(args: argparse.Namespace, backend: str, cpus: list[int] | None 
 
 def run(args: argparse.Namespace) -> int:
     values = parse_events_per_call(args.events_per_call)  # a typo fails before events are generated
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    report = BenchReport.start("miniaod", args.out)  # before the pinning narrows the machine this process sees
+    out = report.out
     path = args.input or generated_input(out, "miniaod", args.events, args.seed)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -395,7 +393,6 @@ def run(args: argparse.Namespace) -> int:
     repeats: dict[tuple[str, int], list[dict[str, Any]]] = {(mode, v): [] for mode in modes for v in values}
     unavailable: dict[str, str] = {}
     servers: dict[str, TritonServer] = {}
-    machine = machine_description()  # before the pinning narrows what this process sees
     load_before = load_average()
     cores = CoreSplit(args.server_cpus, args.client_cpus)
     try:
@@ -432,9 +429,7 @@ def run(args: argparse.Namespace) -> int:
     if not runs:
         raise SystemExit(f"sonic bench miniaod: no mode could run: {unavailable}")
     results: dict[str, Any] = {
-        "machine": machine, "command": bench_command("miniaod"), "pinning": cores.describe(),
-        "load": describe_load(load_before, load_average()),
-        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        **report.fields(), "pinning": cores.describe(), "load": describe_load(load_before, load_average()),
         "input": os.path.basename(path), "config": args.config, "streams": args.streams, "threads": args.threads,
         "repeat": max(1, args.repeat), "events_per_call_values": values, "runs": runs, "unavailable": unavailable,
         "summary": summarise(repeats, modes, values),
@@ -467,9 +462,5 @@ def run(args: argparse.Namespace) -> int:
                 "summary": comparison.summary().splitlines()[0]}
     if results["mode_comparisons"]:
         results["outputs_equal_across_modes"] = all(c["equal"] for c in results["mode_comparisons"].values())
-    (out / "miniaod.json").write_text(json.dumps(results, indent=2, default=str))
-    text = markdown(results)
-    (out / "miniaod.md").write_text(text)
-    print(text)
-    print(f"results in {os.path.abspath(out)}/miniaod.{{md,json}}")
+    report.write(markdown(results), results)
     return 0

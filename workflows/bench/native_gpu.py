@@ -36,6 +36,7 @@ from sonic_hep.framework.inference.repository import ModelRepository
 from sonic_hep.framework.inference.runtime_repository import write_entry
 from sonic_hep.framework.inference.server import TritonServer
 from sonic_hep.workflows.bench._fuzz import ModelSpec, infer_arrays, valid_inputs
+from sonic_hep.workflows.bench._report import BenchReport
 from sonic_hep.framework.paths import PROJECT_ROOT
 
 PROJECT = PROJECT_ROOT
@@ -103,15 +104,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Builds the repository, serves it, sends the requests, writes ``results.json``."""
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bench = BenchReport.start("native-gpu", args.out, stem="results")
+    out = bench.out
     paths = SHIPPED + ([Path(args.cms)] if args.cms else [])
     repository = ModelRepository([str(p) for p in paths])
     infos = {n: repository.get(n) for n in repository.names()}
     infos = {n: i for n, i in infos.items() if i.config.platform == "onnxruntime_onnx"}
     if args.models:
         infos = {n: infos[n] for n in args.models.split(",")}
-    report: dict = {"onnxruntime": ort.__version__, "ort_file": ort.__file__, "providers": ort.get_available_providers()}
+    report: dict = {**bench.fields(), "onnxruntime": ort.__version__, "ort_file": ort.__file__,
+                    "providers": ort.get_available_providers()}
     library, version = build.onnxruntime_library()
     report["native_ort_library"] = str(library)
     t0 = time.time()
@@ -187,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     report["log_lines"] = [line for line in log.splitlines()
                            if re.search(r"sonic-hep native|instance .* serves|running on CPU|CUDA|cuda", line)][:200]
     report["models"] = results
-    (out / "results.json").write_text(json.dumps(report, indent=1))
+    bench.write(None, report, indent=1)
     gpu_lines = [line for line in report["log_lines"] if "(GPU 0," in line]
     warned = [line for line in report["log_lines"] if "running on CPU" in line]
     print("instances on GPU:", len(gpu_lines), "warnings (CPU fallback):", len(warned))

@@ -35,10 +35,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
@@ -55,7 +53,7 @@ from ...framework.inference.server_statistics import compute_ns
 from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
 from ...framework.event import Event, EventView
 from ...modules.protodune.emtrkmichelid import SCORES, requests, scores
-from ._machine import machine_description
+from ._report import BenchReport, header
 
 MODES = ("direct-cpu", "direct-gpu", "sonic-cpu", "sonic-gpu")
 REPOSITORY = {"cpu": "data/models/protodune", "gpu": "data/models/protodune_gpu"}
@@ -251,11 +249,10 @@ def job_line(job: dict[str, Any]) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     args = report["arguments"]
-    lines = ["# ProtoDUNE EmTrkMichelId benchmark", "", f"Machine: {report['machine']}", "",
-             f"Command: `{report['command']}`", "",
-             f"Events: {report['events']} ({report['scale']} scale, {report['derived']['hits_per_event']:.0f} hits "
-             f"= patches per event), batch size {args['batch_size']}; preprocessing (patches) "
-             f"{1000 * report['preprocessing_s_per_event']:.0f} ms/event (median, one core).", "",
+    lines = [*header("sonic bench protodune: EmTrkMichelId", report,
+                     f"Events: {report['events']} ({report['scale']} scale, {report['derived']['hits_per_event']:.0f} "
+                     f"hits = patches per event), batch size {args['batch_size']}; preprocessing (patches) "
+                     f"{1000 * report['preprocessing_s_per_event']:.0f} ms/event (median, one core)."),
              "| mode | ML module s/event (median) | events timed | max abs diff vs direct CPU | server events/s | "
              "server compute s (total) |", "| --- | --- | --- | --- | --- | --- |"]
     for row in report["modes"]:
@@ -319,7 +316,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     for x, v in enumerate(values):
         ax.text(x, v, f"{v:.3g}", ha="center", va="bottom")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -328,8 +325,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise SystemExit(f"unknown mode(s) {unknown}; choose from {list(MODES)}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bench = BenchReport.start("protodune", args.out)
+    out = bench.out
     path = args.input
     generation_s = None
     if path is None:
@@ -370,14 +367,10 @@ def run(args: argparse.Namespace) -> int:
             continue
         print(job_line(jobs[-1]), flush=True)
     hits = float(np.mean([len(e) for e in events]))
-    report = {"machine": machine_description(), "command": " ".join(["sonic", *sys.argv[1:]]),
-              "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "scale": args.scale,
+    report = {**bench.fields(), "arguments": {k: v for k, v in vars(args).items() if not callable(v)},
+              "scale": args.scale,
               "events": len(events), "generation_s": generation_s, "preprocessing_s_per_event": preprocessing_s,
               "modes": [rows[m] for m in modes if m in rows], "jobs": jobs, "failures": failures,
               "derived": derived(rows, hits, preprocessing_s, args)}
-    (out / "protodune.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "protodune.md").write_text(markdown(report))
-    plot(report, out / "protodune.png")
-    print(markdown(report))
-    print(f"results in {os.path.abspath(out)}/protodune.{{md,json,png}}")
+    bench.write(markdown(report), report, {"protodune.png": lambda figure: plot(report, figure)})
     return 1 if failures else 0

@@ -41,7 +41,7 @@ from typing import Any
 from ...data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from ...framework.inference.server import TritonServer
 from ..compare import compare_files
-from ._machine import machine_description
+from ._report import BenchReport, header
 from ...framework.paths import PROJECT_ROOT
 
 PROJECT = PROJECT_ROOT
@@ -280,8 +280,7 @@ def extra_times(scenarios: list[dict[str, Any]]) -> None:
 
 def markdown(results: dict[str, Any]) -> str:
     args = results["settings"]
-    lines = [f"# sonic bench reliability\n\nMachine: {results['machine']}\n",
-             f"Command: `{results['command']}`\n",
+    lines = [*header("sonic bench reliability", results),
              f"{args['jobs']} concurrent `sonic run demo_inference` jobs × {args['events']} events per scenario, "
              f"timeout_s {args['timeout_s']:g} s, two managed servers, fallback on.\n",
              "| scenario | faults injected | jobs completed | events lost | deadlines waited | "
@@ -315,13 +314,11 @@ def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.jobs, args.events, args.stop_s, args.restart_after_s = 2, 1000, 4.0, 2.0
         args.fuzz_requests = min(args.fuzz_requests, 200)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    report = BenchReport.start("reliability", args.out)
     names = args.scenarios or [s for s in SCENARIOS if s != "sigstop-no-breaker" or args.without_breaker]
     if "none" not in names:
         names = ["none", *names]
-    results: dict[str, Any] = {"machine": machine_description(), "settings": vars(args).copy(),
-                               "command": " ".join(["sonic", *sys.argv[1:]]), "scenarios": []}
+    results: dict[str, Any] = {**report.fields(), "settings": vars(args).copy(), "scenarios": []}
     results["settings"].pop("verbose", None)
     with tempfile.TemporaryDirectory(prefix="sonic-bench-reliability-") as tmp:
         work = Path(tmp)
@@ -336,10 +333,7 @@ def run(args: argparse.Namespace) -> int:
         if args.fuzz_requests > 0:
             print("fuzz ...", file=sys.stderr, flush=True)
             results["fuzz"] = fuzz_server(args.fuzz_requests, work)
-    (out / "reliability.json").write_text(json.dumps(results, indent=2, default=str))
-    text = markdown(results)
-    (out / "reliability.md").write_text(text)
-    print(text)
+    report.write(markdown(results), results)
     failed = any(s["completed"] < len(s["jobs"]) or s["events_lost"] for s in results["scenarios"]
                  if s["scenario"] != "sigstop-no-breaker")
     return 1 if failed or (results.get("fuzz") or {}).get("server_crashes") else 0

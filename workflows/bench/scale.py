@@ -52,7 +52,7 @@ import numpy as np
 from ...framework import Output, Param, Producer
 from ..grid.plan import measure, plan, predicted_time_per_event
 from ..grid.simulate import Scenario, from_measurement, simulate, steady_rate
-from ._machine import machine_description
+from ._report import BenchReport, header
 
 #: workflow → (configuration, repository for a CPU server, for a GPU server)
 WORKFLOWS = {"demo": ("demo_inference", "data/models/demo", "data/models/demo"),  # toy jets, no input file
@@ -256,7 +256,8 @@ class CpuSampler:
 
 def server_statistics(urls: list[str]) -> list[dict[str, dict[str, float]]]:
     """Each server's cumulative Triton counters per model."""
-    from ...framework.inference.connection import ServerConnection, ServerSpec
+    from ...framework.inference.connection import ServerConnection
+    from ...framework.inference.server_spec import ServerSpec
 
     out = []
     for url in urls:
@@ -521,12 +522,12 @@ def bound_for(pred: dict[str, Any], servers: int) -> str:
 def markdown(report: dict[str, Any]) -> str:
     args = report["arguments"]
     pred = report["prediction"]
-    lines = ["# sonic bench scale", "", f"Machine: {report['machine']}  ", f"Command: `{report['command']}`  ",
-             f"Workflow: {args['workflow']} ({report['input']}), {args['events']} events per job (first {args['warmup']} not "
-             f"counted), other work {args['other_ms']:g} ms/event ({args['other_kind']}), servers on {args['device']}, "
-             f"shared memory {args['shared_memory']}  ",
-             f"Cores for the jobs and servers: {report.get('cores', '?')}; models served by: "
-             f"{', '.join(sorted(set((report.get('server_backends') or {}).values()))) or 'not recorded'}", "",
+    lines = [*header("sonic bench scale", report,
+                     f"Workflow: {args['workflow']} ({report['input']}), {args['events']} events per job (first "
+                     f"{args['warmup']} not counted), other work {args['other_ms']:g} ms/event ({args['other_kind']}), "
+                     f"servers on {args['device']}, shared memory {args['shared_memory']}",
+                     f"Cores for the jobs and servers: {report.get('cores', '?')}; models served by: "
+                     f"{', '.join(sorted(set((report.get('server_backends') or {}).values()))) or 'not recorded'}"),
              "| servers | jobs | s/event median | p90 | events/s | queue ms/req | compute ms/req | exec/req | CPU % | server CPU % "
              "| GPU % | wire MB/s | shm MB/s | share per server | predicted s/event | simulated s/event | sim − meas |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -620,7 +621,7 @@ def plot_figure(report: dict[str, Any], path: Path) -> None:
     bx.set_ylim(0, None)
     bx.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -674,8 +675,8 @@ def run(args: argparse.Namespace) -> int:
     from ...framework.inference.server import TritonServer
     from ...framework.inference.service import resolve_repository
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bench = BenchReport.start("scale", args.out)
+    out = bench.out
     path = _input(args, out)
     repository = str(resolve_repository(args.repository or WORKFLOWS[args.workflow][2 if args.device == "gpu" else 1]))
     points: list[dict[str, Any]] = []
@@ -705,16 +706,13 @@ def run(args: argparse.Namespace) -> int:
                 server.stop()
     cores = len(os.sched_getaffinity(0))  # the cores this benchmark (its jobs and servers) may run on
     prediction = predictions(points, args, cores)
-    report = {"machine": machine_description(), "cores": cores, "command": " ".join(["sonic", *sys.argv[1:]]),
-              "arguments": {k: v for k, v in vars(args).items() if not callable(v)}, "input": os.path.basename(path) if path else "generated toy jets", "server_backends": backends,
+    report = {**bench.fields(), "cores": cores,
+              "arguments": {k: v for k, v in vars(args).items() if not callable(v)},
+              "input": os.path.basename(path) if path else "generated toy jets", "server_backends": backends,
               "points": points, "prediction": prediction, "failures": failures, "pilot": pilot,
               "knees": [k for k in (measured_knee(points, s) for s in sorted({p["servers"] for p in points})) if k]}
-    (out / "scale.json").write_text(json.dumps(report, indent=1, default=str))
-    (out / "scale.md").write_text(markdown(report))
-    if points:
-        plot_figure(report, out / "scale.png")
-    print(markdown(report))
-    print(f"results in {os.path.abspath(out)}/scale.{{md,json,png}}")
+    bench.write(markdown(report), report, {"scale.png": lambda figure: plot_figure(report, figure)} if points else {},
+                indent=1)
     return 1 if failures else 0
 
 
@@ -736,9 +734,8 @@ def redraw(path: str) -> None:
         report["cores"] = int(found.group(1)) if found else len(os.sched_getaffinity(0))
     report["prediction"] = predictions(report["points"], args, report["cores"])
     report["knees"] = [k for k in (measured_knee(report["points"], s) for s in sorted({p["servers"] for p in report["points"]})) if k]
-    path_.write_text(json.dumps(report, indent=1, default=str))
-    path_.with_suffix(".md").write_text(markdown(report))
-    plot_figure(report, path_.with_suffix(".png"))
+    bench = BenchReport("scale", path_.parent, report["machine"], report["command"], report.get("date", ""), path_.stem)
+    bench.write(markdown(report), report, {f"{path_.stem}.png": lambda figure: plot_figure(report, figure)}, indent=1)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ secondary vertices). Results: ``server.md``, ``server.json``, ``server.png`` in 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -42,21 +41,20 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...framework.atomic import write_text, write_with
 from ...framework.inference.repository import ModelInfo, ModelRepository
 from ...framework.inference.runtime_repository import write_entry
 from ...framework.inference.server import TritonServer
 from ...framework.inference.service import resolve_repository
 from ._grpc_bodies import GRPC_HEADERS, INFER_PATH, body, unframe
 from ._load import process_tree_cpu
-from ._machine import CoreSplit, bench_command, machine_description
+from ._machine import CoreSplit
+from ._report import BenchReport, header
 
 log = logging.getLogger(__name__)
 
@@ -324,15 +322,13 @@ def goals(rows: list[dict]) -> list[dict[str, Any]]:
 
 def markdown(report: dict[str, Any]) -> str:
     load = report["load_average"]
-    lines = ["# sonic bench server: the Triton server under a C load generator", "",
-             f"Machine: {report['machine']}  ",
-             f"Load average (1 min) at start/end: {load['start']:.1f} / {load['end']:.1f} (the machine is shared "
-             "with other users: rates vary by ±25 % between runs)  ",
-             f"Command: `{report['command']}`  ", f"Date: {report['date']}  ",
-             f"CPU pinning: {report['pinning']}  ",
-             f"Load: h2load {report['h2load']}, one prepared gRPC body per model replayed; medians of "
-             f"{report['rounds']} rounds of a fixed request count each; every round's requests counted as successes "
-             "by the server's statistics", "",
+    lines = [*header("sonic bench server: the Triton server under a C load generator", report,
+                     f"Load average (1 min) at start/end: {load['start']:.1f} / {load['end']:.1f} (the machine is "
+                     "shared with other users: rates vary by ±25 % between runs)",
+                     f"CPU pinning: {report['pinning']}",
+                     f"Load: h2load {report['h2load']}, one prepared gRPC body per model replayed; medians of "
+                     f"{report['rounds']} rounds of a fixed request count each; every round's requests counted as "
+                     "successes by the server's statistics"),
              "| model | backend | batching | in flight | requests/s | server CPU µs/req | p50 ms | p99 ms | avg batch "
              "| h2load CPU µs/req |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in report["results"]:
@@ -393,13 +389,10 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"sonic bench server: {option} must be at least 1, not {min(values)}")
     program = h2load_program()
     version = subprocess.run([program, "--version"], capture_output=True, text=True).stdout.strip()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    machine = machine_description()  # before the pinning narrows what this process sees
+    bench = BenchReport.start("server", args.out)  # before the pinning narrows the machine this process sees
     cores = CoreSplit(args.server_cpus)
     cases = [CASES[name] for name in args.models]
-    report: dict[str, Any] = {"machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                              "command": bench_command("server"), "pinning": cores.describe(),
+    report: dict[str, Any] = {**bench.fields(), "pinning": cores.describe(),
                               "h2load": version.split()[-1] if version else "?", "rounds": args.rounds,
                               "load_average": {"start": os.getloadavg()[0]}, "results": []}
     with tempfile.TemporaryDirectory(prefix="sonic-bench-server-") as tmp:
@@ -407,10 +400,5 @@ def run(args: argparse.Namespace) -> int:
             report["results"] += bench_backend(backend, cases, args, Path(tmp), cores)
     report["load_average"]["end"] = os.getloadavg()[0]
     report["goals"] = goals(report["results"])
-    text = markdown(report)
-    for name, content in (("server.json", json.dumps(report, indent=2)), ("server.md", text)):
-        write_text(str(out / name), name, content)
-    write_with(str(out / "server.png"), "server.png", lambda tmp: plot(report, Path(tmp)))
-    print(text)
-    print(f"wrote {out / 'server.md'}, {out / 'server.json'}, {out / 'server.png'}")
+    bench.write(markdown(report), report, {"server.png": lambda path: plot(report, path)})
     return 0

@@ -24,11 +24,17 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from ...framework.inference.server_options import TLS_FILES
 from ..grid import executors
 from ..grid.fleet import Fleet, FleetSpec, executor_options, start_manager
 from ..grid.fleet_autoscale import Rule
+from .server_flags import add_server_flags, options_from
+
+#: server options a fleet does not offer: its server jobs choose their own ports and work folders on their node
+#: (several may share one), and ``--cpus`` is the number of cores the batch system gives each job
+NOT_OFFERED = ("cpus", "workdir", "grpc_port", "http_port", "metrics_port")
 
 
 def start(args: argparse.Namespace) -> int:
@@ -40,13 +46,15 @@ def start(args: argparse.Namespace) -> int:
                 window_s=args.scale_window_s, idle_s=args.scale_idle_s, interval_s=args.scale_interval_s)
     options = executor_options(args.executor, executors.parse_key_values(args.executor_option), cpus=args.cpus,
                                mem=args.mem, time_limit=args.time, gpus=args.gpus_per_server)
-    spec = FleetSpec(repository=[os.path.abspath(p) for p in repositories_of(args)], models=args.model or None,
-                     device="gpu" if args.gpus_per_server else "cpu", host=args.host, advertise=args.advertise or "",
-                     python=args.python, ort_threads=args.ort_threads, tls_cert=_abs(args.tls_cert),
-                     tls_key=_abs(args.tls_key), tls_root_cert=_abs(args.tls_root_cert), tls_ca=_abs(args.tls_ca),
-                     tls_client_cert=_abs(args.tls_client_cert), tls_client_key=_abs(args.tls_client_key),
-                     heartbeat_s=args.heartbeat_s, ttl_s=args.ttl_s, drain_s=args.drain_s, executor=args.executor,
-                     executor_options=options, autoscale={**asdict(rule), "stop_with_tasks": args.stop_with_tasks})
+    spec = options_from(args, FleetSpec, exclude=NOT_OFFERED, repository=[os.path.abspath(p) for p in
+                                                                        repositories_of(args)],
+                        device="gpu" if args.gpus_per_server else "cpu", advertise=args.advertise or "",
+                        tls_ca=_abs(args.tls_ca), tls_client_cert=_abs(args.tls_client_cert),
+                        tls_client_key=_abs(args.tls_client_key), heartbeat_s=args.heartbeat_s, ttl_s=args.ttl_s,
+                        drain_s=args.drain_s, executor=args.executor, executor_options=options,
+                        autoscale={**asdict(rule), "stop_with_tasks": args.stop_with_tasks})
+    # the server jobs start elsewhere: their certificates are named from the root
+    spec = replace(spec, **{name: _abs(getattr(spec, name)) for name in TLS_FILES})
     fleet = Fleet.create(args.directory, spec, 0, cpus=args.cpus or 1)
     indices = fleet.add(servers) if servers else []
     manager = start_manager(fleet)
@@ -116,7 +124,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("directory", metavar="DIR", help="the fleet directory (new; on a filesystem the nodes share)")
     p.add_argument("--repository", "-r", action="append", metavar="DIR", help="model repository (repeatable)")
     p.add_argument("--config", metavar="CONFIG", help="take the repositories from a configuration's services.inference")
-    p.add_argument("--model", "-m", action="append", metavar="NAME", help="serve only these models (repeatable)")
     p.add_argument("--servers", "-N", type=int, default=1, help="server jobs to start (default 1)")
     p.add_argument("--executor", "-x", default="local", choices=executors.names(), help="where server jobs run")
     p.add_argument("-E", "--executor-option", action="append", default=[], metavar="KEY=VALUE",
@@ -126,14 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpus", type=int, metavar="C", help="cores per server job")
     p.add_argument("--mem", metavar="M", help="memory per server job (e.g. 16G)")
     p.add_argument("--time", metavar="T", help="wall-time limit per server job (e.g. 08:00:00)")
-    p.add_argument("--host", default="0.0.0.0",
-                   help="address gRPC binds on the node (default: every interface; use TLS off a private network)")
     p.add_argument("--advertise", metavar="HOST", help="host name clients use (default: the node's name)")
-    p.add_argument("--python", metavar="EXE", help="interpreter for python models (default: this one)")
-    p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
-    p.add_argument("--tls-cert", metavar="PEM", help="server certificate: gRPC over TLS (with --tls-key)")
-    p.add_argument("--tls-key", metavar="PEM", help="server private key")
-    p.add_argument("--tls-root-cert", metavar="PEM", help="CA of client certificates: mutual TLS")
     p.add_argument("--tls-ca", metavar="PEM", help="CA clients trust for the servers (default: --tls-cert itself)")
     p.add_argument("--tls-client-cert", metavar="PEM", help="the manager's client certificate (mutual TLS)")
     p.add_argument("--tls-client-key", metavar="PEM", help="the manager's client key (mutual TLS)")
@@ -152,6 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop the fleet once every task submitted with --fleet DIR has ended")
     p.add_argument("--wait", action="store_true", help="return once --servers servers are registered")
     p.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after S seconds")
+    add_server_flags(p, FleetSpec, exclude=NOT_OFFERED)
     p.set_defaults(func=start)
 
     p = actions.add_parser("scale", help="change the autoscaler's bounds and thresholds while the fleet runs")

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING
 
 from ...framework.errors import SonicError
 from ...framework.inference.owner import ProcessId
+from ...framework.inference.server_options import ServerOptions
+from .server_flags import add_server_flags, options_from
 
 if TYPE_CHECKING:
     from ...framework.inference.server import TritonServer
@@ -131,22 +133,10 @@ def _fallback_settings(config: str) -> dict:
     return dict(InferenceConfig.from_dict(raw).fallback_server) if raw.get("fallback_server") else {}
 
 
-def _strict(args: argparse.Namespace) -> bool:
-    """``--strict``, or ``services.inference.fallback_server.strict`` of ``--config``: refuse to start when a
-    model cannot be served, instead of serving the rest."""
-    return bool(args.strict or _configured(args).get("strict", False))
-
-
-def _backend(args: argparse.Namespace) -> str:
-    """``--backend``, else ``services.inference.fallback_server.backend`` of ``--config``, else "auto"."""
-    return args.backend or str(_configured(args).get("backend", "auto"))
-
-
-def _cpus(args: argparse.Namespace) -> list[int] | None:
-    """``--cpus``, else ``services.inference.fallback_server.cpus`` of ``--config``, else every core."""
-    from ...framework.inference.server import parse_cpus
-
-    return parse_cpus(args.cpus) if args.cpus else _configured(args).get("cpus")
+def server_options(args: argparse.Namespace) -> ServerOptions:
+    """The server's options: the flags given, else ``services.inference.fallback_server`` of ``--config`` (so a
+    server started for a configuration runs as the job's own would), else the defaults."""
+    return options_from(args, base=_configured(args))
 
 
 def _not_served(skipped: dict[str, str]) -> list[str]:
@@ -157,15 +147,7 @@ def _not_served(skipped: dict[str, str]) -> list[str]:
 def start(args: argparse.Namespace) -> int:
     from ...framework.inference.server import TritonServer
 
-    server = TritonServer(repositories_of(args), models=args.model or None, host=args.host, http_host=args.http_host,
-                          metrics_host=args.metrics_host, keep_workdir=args.keep_workdir or None, grpc_port=args.grpc_port,
-                          http_port=args.http_port, metrics_port=args.metrics_port, device=args.device,
-                          python=args.python, workdir=args.workdir, ort_threads=args.ort_threads,
-                          python_shm_mb=args.python_shm_mb, model_control="explicit" if args.explicit else "none",
-                          log_verbose=args.log_verbose,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, tls_root_cert=args.tls_root_cert,
-                          cpus=_cpus(args), backend=_backend(args),
-                          strict=_strict(args))
+    server = TritonServer(repositories_of(args), server_options(args))
     stop_requested: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -378,40 +360,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = actions.add_parser("start", help="run a Triton server in the foreground on model repositories")
     p.add_argument("--repository", "-r", action="append", metavar="DIR", help="model repository (repeatable)")
-    p.add_argument("--config", metavar="CONFIG", help="take the repositories from a configuration's services.inference")
-    p.add_argument("--model", "-m", action="append", metavar="NAME", help="serve only these models (repeatable)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address gRPC binds (default: loopback; 0.0.0.0 for all); use TLS off loopback")
-    p.add_argument("--http-host", default="127.0.0.1", metavar="H",
-                   help="address of plain HTTP inference (default: loopback whatever --host is; Triton has no TLS for it)")
-    p.add_argument("--metrics-host", default="127.0.0.1", metavar="H", help="address of metrics (default: loopback)")
-    p.add_argument("--grpc-port", type=int, metavar="P", help="default: a free port")
-    p.add_argument("--http-port", type=int, metavar="P", help="default: a free port")
-    p.add_argument("--metrics-port", type=int, metavar="P", help="default: a free port")
-    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="cpu hides GPUs; gpu keeps instance kinds")
-    p.add_argument("--python", metavar="EXE", help="interpreter for python models (default: this one)")
-    p.add_argument("--workdir", metavar="DIR",
-                   help="runtime repository, backends and log (default: a temp folder, removed on a clean stop)")
-    p.add_argument("--keep-workdir", action="store_true",
-                   help="keep the work folder after a clean stop (also: SONIC_HEP_KEEP_WORKDIR=1)")
-    p.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance")
-    p.add_argument("--python-shm-mb", type=int, default=None, metavar="MIB",
-                   help="shared-memory pool of each python-based model instance, sized up front (e.g. 256 for "
-                        "ProtoDUNE patches on a GPU); default: Triton's 1 MiB, grown as needed")
-    p.add_argument("--backend", choices=("auto", "native", "python"),
-                   help="what serves onnxruntime_onnx models: the compiled native backend, the python-based one, "
-                        "or auto (native where it builds, else python-based with a notice); default: "
-                        "services.inference.fallback_server.backend of --config, else auto")
-    p.add_argument("--cpus", metavar="LIST", help="pin the server to these cores (e.g. 0-7,12), leaving the rest to jobs")
-    p.add_argument("--explicit", action="store_true", help="model control mode explicit (load/unload via the API)")
-    p.add_argument("--strict", action="store_true",
-                   help="refuse to start when a model cannot be served (default: serve the rest, naming each left out "
-                        "with the reason); also services.inference.fallback_server.strict of --config")
-    p.add_argument("--log-verbose", type=int, default=0, help="Triton --log-verbose level")
-    p.add_argument("--tls-cert", metavar="PEM", help="server certificate: gRPC over TLS (with --tls-key)")
-    p.add_argument("--tls-key", metavar="PEM", help="server private key")
-    p.add_argument("--tls-root-cert", metavar="PEM",
-                   help="CA of client certificates: mutual TLS, clients without a certificate it signed are refused")
+    p.add_argument("--config", metavar="CONFIG", help="take the repositories from a configuration's services.inference, "
+                   "and the options from its fallback_server (flags given win)")
+    add_server_flags(p)
     p.set_defaults(func=start)
 
     p = actions.add_parser("stop", help="stop servers started with `sonic server start`")

@@ -43,6 +43,7 @@ import yaml
 from ...framework.inference.fleet_directory import (FLEET_FILE, HEARTBEAT_S, TTL_S, BadEntry, Entry, deregister,
                                                    read_entries, scan)
 from ...framework.inference.owner import ProcessId
+from ...framework.inference.server_options import ServerOptions, tls_problem, with_default
 from .batch_text import plain
 from .errors import GridError
 from .executors import executor_class
@@ -72,39 +73,39 @@ CANCEL = {"slurm": ["scancel"], "condor": ["condor_rm"]}
 
 
 @dataclass
-class FleetSpec:
-    """``fleet.json``: what each server job serves and how (see ``sonic fleet start --help``)."""
+class FleetSpec(ServerOptions):
+    """``fleet.json``: how each server job runs its server (every :class:`ServerOptions` field: backend, strict,
+    python_shm_mb ...; ``sonic fleet start --help``) and the fleet's own settings.
+
+    The servers' TLS is ``tls_cert``/``tls_key``/``tls_root_cert`` as for any server; ``tls_ca`` (what clients
+    trust: default the server certificate itself) and ``tls_client_cert``/``tls_client_key`` (the manager's
+    certificate, for mutual TLS) are the client side, which clients write as ``root_certificates``,
+    ``certificate_chain`` and ``private_key``.
+    """
 
     repository: list[str]
-    models: list[str] | None = None
-    device: str = "cpu"
-    host: str = "0.0.0.0"
+    host: str = with_default("host", "0.0.0.0")
+    startup_timeout: float = with_default("startup_timeout", 300.0)
     advertise: str = ""
-    python: str | None = None
-    ort_threads: int = 1
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_root_cert: str | None = None
     tls_ca: str | None = None
     tls_client_cert: str | None = None
     tls_client_key: str | None = None
     heartbeat_s: float = HEARTBEAT_S
     ttl_s: float = TTL_S
     drain_s: float = 3.0
-    startup_timeout: float = 300.0
     executor: str = "local"
     executor_options: dict[str, Any] = field(default_factory=dict)
-    autoscale: dict[str, float] | None = None
+    autoscale: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         if self.heartbeat_s <= 0 or self.ttl_s <= self.heartbeat_s:
             raise GridError(f"--ttl-s ({self.ttl_s}) must exceed --heartbeat-s ({self.heartbeat_s}) > 0: an entry "
                             f"must outlive the gap between two heartbeats")
-        if bool(self.tls_cert) != bool(self.tls_key):
-            raise GridError("TLS needs both --tls-cert and --tls-key")
-        for path in (self.tls_cert, self.tls_key, self.tls_root_cert, self.tls_ca, self.tls_client_cert,
-                     self.tls_client_key):
+        problem = tls_problem(self)
+        if problem is not None:
+            raise GridError(f"--{problem.key.replace('_', '-')}: {problem.message}")
+        for path in (self.tls_ca, self.tls_client_cert, self.tls_client_key):
             if path and not os.path.isfile(path):
                 raise GridError(f"TLS file {path} does not exist")
 

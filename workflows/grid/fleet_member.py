@@ -140,10 +140,7 @@ def serve(directory: str | Path, index: int) -> int:
 
     if asked():
         return finish("done", EXIT_STOPPED, f"stopped before its server started: {asked()}")
-    server = TritonServer(spec.repository, models=spec.models, host=spec.host, device=spec.device,
-                          python=spec.python, ort_threads=spec.ort_threads, tls_cert=spec.tls_cert,
-                          tls_key=spec.tls_key, tls_root_cert=spec.tls_root_cert,
-                          startup_timeout=spec.startup_timeout)
+    server = TritonServer(spec.repository, spec)  # the fleet's spec is the servers' options
     try:
         server.start()
     except (InferenceError, OSError) as err:

@@ -7,12 +7,13 @@
   the current attempt reports — ``running``, then ``done`` after its output validated, or ``failed``
   with a reason.
 
-Both are replaced atomically (temporary file + rename), so a reader never sees half a record.
+Both are replaced atomically (:func:`~sonic_hep.framework.atomic.write_atomically`: a temporary named after
+its writer, then a rename), so a reader never sees half a record, and the temporary of a writer killed
+mid-write is removed by the next write of that record.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...framework.atomic import write_atomically
 from .errors import GridError, UnwritableRecord
 from .lifecycle import RecordState
 
@@ -32,15 +34,15 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
         UnwritableRecord: naming the file, when the system refuses the write (a task folder that filled up,
             a quota, a read-only folder); the old content stays and no temporary is left behind.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(data, indent=1, default=str) + "\n"
+
+    def fill(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as stream:
+            stream.write(text)
+
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomically(path, fill)
     except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise UnwritableRecord(path, err.strerror or str(err)) from None
 
 

@@ -5,8 +5,9 @@ the client's CPU around each call, and in a Python job that CPU is mostly time h
 lock (a worker thread woken per call, gRPC's Python wrappers, the lock taken back after the call), which
 the job's own modules wait for. Here an I/O thread in C++ writes the requests and reads the answers, and
 the answers reach Python in batches on one thread per connection. Python builds the request message and
-reads the answer, nothing else. :class:`~..connection.ServerConnection` uses it for every server it
-reaches in clear text (TLS and gRPC compression go through ``grpcio``).
+reads the answer, nothing else. :class:`NativeTransport` is the :class:`~.Transport` on it, which a
+:class:`~..connection.ServerConnection` uses for every server it reaches in clear text (TLS and gRPC
+compression go through ``grpcio.py``).
 
 * built on first use with the system C++ compiler against the installed ``libnghttp2.so.14`` (Debian's
   ``libnghttp2-14``, which ``nghttp2-client`` and curl pull in), cached per source hash and architecture
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import platform
 import subprocess
@@ -32,8 +34,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from tritonclient.grpc import service_pb2 as pb
+
+from ..calls import Call
 from ..keepalive import Keepalive
 from ..library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
+from ..triton_errors import RequestError, action_for
 
 log = logging.getLogger(__name__)
 
@@ -235,3 +241,88 @@ class NativeChannel:
         with self._lock:
             self._handle = None
         self._api.free(handle)
+
+
+class NativeTransport:
+    """The :class:`~.Transport` on :class:`NativeChannel`: one HTTP/2 connection per server connection, opened
+    on first use and again after it ended (the server dropped it, its keepalive found it silent, or a fork:
+    the child has no I/O thread). Calls are never cancelled and have no deadline of their own.
+
+    Args:
+        address (str): the server's ``host:port`` (clear text).
+        keepalive (Keepalive): HTTP/2 pings; half as often after the server refused them (``too_many_pings``).
+    """
+
+    name = "native"
+
+    def __init__(self, address: str, keepalive: Keepalive | None = None):
+        self.address = address
+        self.keepalive = keepalive or Keepalive()
+        self._lock = threading.Lock()  # the calls in flight
+        self._by_tag: dict[int, Call] = {}  # calls in flight by their tag
+        self._tags = itertools.count(1)
+        self._channel: NativeChannel | None = None
+        self._channel_lock = threading.Lock()  # opening it (seconds at worst) without holding up the others
+
+    def send(self, call: Call) -> None:
+        """Hands the call to the connection (opened, or opened again after it ended, here)."""
+        if not call.begin():
+            call.end(None, None)
+            return
+        tag = next(self._tags)
+        with self._lock:
+            self._by_tag[tag] = call
+        message = call.request.SerializeToString()
+        try:
+            for _ in range(2):  # a connection that ended since the last call: one new try
+                if self._open().send(tag, message):
+                    return
+            raise ConnectionError(f"the connection to {self.address} ended as the request was sent")
+        except Exception as err:  # noqa: BLE001 - unreachable, or the connection broke: failed over like any
+            self._done(tag, "UNAVAILABLE", str(err) or type(err).__name__, b"")
+
+    def _open(self) -> NativeChannel:
+        with self._channel_lock:
+            channel = self._channel
+            if channel is None or not channel.alive:
+                if channel is not None and "too_many_pings" in channel.reason:
+                    self.keepalive = _calmer(self.keepalive, self.address)
+                host, _, port = self.address.rpartition(":")
+                channel = self._channel = NativeChannel(host, int(port), self._done, keepalive=self.keepalive)
+            return channel
+
+    def _done(self, tag: int, status: str, message: str, body: bytes) -> None:
+        """A call ended (on the channel's completion thread): its answer parsed, the call ended."""
+        with self._lock:
+            call = self._by_tag.pop(tag, None)
+        if call is None:
+            return
+        answer, error = None, None
+        if status == "OK":
+            try:
+                answer = pb.ModelInferResponse.FromString(body)
+            except Exception as err:  # noqa: BLE001 - converted by the connection, at its one boundary
+                error = err
+        else:
+            error = RequestError(call.model, self.address, status, message or status.lower(),
+                                 action_for(status, message))
+        call.end(answer, error)
+
+    def close(self) -> None:
+        """Ends the connection: its calls still open end now (UNAVAILABLE)."""
+        with self._channel_lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+
+def _calmer(keepalive: Keepalive, address: str) -> Keepalive:
+    """Pings half as often: the server ended a native connection for pinging more often than it allows (gRPC's
+    own client does the same). Logged at each step: the server's flags are what should change."""
+    slower = Keepalive(min(2 * keepalive.time_s, 3600.0), keepalive.timeout_s)
+    if slower != keepalive:
+        log.warning(f"Triton server {address} refuses HTTP/2 pings every {keepalive.time_s:g} s (too_many_pings): "
+                    f"pinging every {slower.time_s:g} s now; start it with "
+                    "--grpc-http2-min-recv-ping-interval-without-data and --grpc-keepalive-permit-without-calls=1 "
+                    "(as `sonic server start` does)")
+    return slower
