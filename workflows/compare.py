@@ -54,7 +54,8 @@ class Comparison:
     def summary(self) -> str:
         verdict = "OK" if self.equal() else "DIFFERENT"
         lines = [f"entries: {self.entries[0]} vs {self.entries[1]}; {len(self.max_abs_diff)} branches compared; "
-                 f"largest |difference| {self.worst:.3g}; {verdict} at atol {self.atol:g}, rtol {self.rtol:g}"]
+                 f"largest |difference| {self.worst:.3g}; {verdict} at atol {self.atol:g}, rtol {self.rtol:g} "
+                 f"(|a - b| ≤ atol + rtol·|b|)"]
         if self.only_in_a or self.only_in_b:
             lines.append(f"branches only in the first: {self.only_in_a}; only in the second: {self.only_in_b}")
         lines += [f"structure differs: {name}" for name in self.structure]

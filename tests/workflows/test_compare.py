@@ -31,6 +31,7 @@ def test_compare(tmp_path, sonic_cli):
     assert compare_files(a, recount).structure == ["Jet_pt"]
     extra = write(tmp_path / "extra.root", pt, met, {"x": np.zeros(3)})
     assert compare_files(a, extra).only_in_b == ["x"]
-    assert sonic_cli("compare", a, same).returncode == 0
+    ok = sonic_cli("compare", a, same)  # a largest difference above atol, within the relative part: the line says why
+    assert ok.returncode == 0 and "OK at atol 1e-05, rtol 1e-05 (|a - b| ≤ atol + rtol·|b|)" in ok.stdout
     result = sonic_cli("compare", a, shifted)
     assert result.returncode == 1 and "DIFFERENT" in result.stdout
