@@ -21,13 +21,13 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import graph as dag
 from .atomic import PendingText
-from .config import AUTO_EVENTS_PER_CALL, ProcessConfig
+from .config import AUTO_EVENTS_PER_CALL, ProcessConfig, SourceConfig
 from .event import Event
 from .errors import ConfigError, OutputError, ParamError, SonicError
 from .module import Analyzer, Module
@@ -145,10 +145,17 @@ class Process:
     Args:
         config (ProcessConfig): the parsed configuration.
         open_source (bool): open and check the input files now (``False`` for ``sonic graph``).
+        module_types: classes by label, taken as they are instead of looked up by ``type:`` (the testing
+            helper runs classes a test defines, which no name may reach).
+        source: makes the source from ``source`` config and the consumed keys instead of :func:`make_source`
+            (the testing helper serves columns held in memory).
     """
 
-    def __init__(self, config: ProcessConfig, open_source: bool = True):
+    def __init__(self, config: ProcessConfig, open_source: bool = True, *,
+                 module_types: Mapping[str, type[Module]] | None = None,
+                 source: Callable[[SourceConfig, list[Request]], Any] | None = None):
         self.config = config
+        self._given_types = dict(module_types or {})
         self.module_types = {label: self._module_type(mc) for label, mc in config.modules.items()}
         self.module_params = {label: self._module_params(mc) for label, mc in config.modules.items()}
         proto = {label: cls(label, self.module_params[label]) for label, cls in self.module_types.items()}
@@ -157,7 +164,7 @@ class Process:
         self.prototypes = {label: proto[label] for label in self.graph.order}
         self.output_products, self.output_columns = self._output_selection()
         self.requests = self._source_requests()
-        self.source = make_source(config.source, self.requests) if open_source else None
+        self.source = (source or make_source)(config.source, self.requests) if open_source else None
         self.events_per_call = self._events_per_call(self.source.total if self.source is not None else None)
         if self.source is not None and self.events_per_call > config.source.chunk_size:
             # batches never span two chunks: a chunk holds at least one batch
@@ -183,6 +190,8 @@ class Process:
 
     # -- validation ----------------------------------------------------------------------------------
     def _module_type(self, mc: Any) -> type[Module]:
+        if mc.label in self._given_types:
+            return self._given_types[mc.label]
         try:
             return lookup(mc.type, self.config.folder)
         except KeyError as err:

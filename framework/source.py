@@ -323,6 +323,47 @@ class EmptySource:
                         ids={"event": np.arange(first + lo, first + hi) + 1})
 
 
+class ColumnSource:
+    """Serves columns held in memory (``{key: one entry per event}``) as a job's source, ``chunk_size`` events
+    at a time. Made only from Python (:func:`~.testing.run_modules` passes it to the process), never by a
+    configuration: a test bench's input, so the modules run under the real scheduler without a file.
+
+    Args:
+        config (SourceConfig): its entry range and chunk size (files and tree are not used).
+        requests (list[Request]): what the modules consume; each one not optional must be among ``columns``.
+        columns: the events' columns by key (an awkward array of records for a collection, a numpy array for
+            a branch, or an upstream product's values), all of the same length.
+    """
+
+    def __init__(self, config: SourceConfig, requests: list[Request], columns: dict[str, Any]):
+        lengths = {key: len(values) for key, values in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise SourceError(f"the given columns have different numbers of events: {lengths}")
+        missing = [r.key for r in requests if not r.optional and r.key not in columns]
+        if missing:
+            close = did_you_mean(missing[0], columns)
+            raise SourceError(f"modules consume {missing}, which the given columns lack{close} "
+                              f"(given: {sorted(columns)})")
+        self.config = config
+        self.columns = columns
+        self.length = next(iter(lengths.values()), 1)  # no columns: one event, as for run_module
+        self.files = ["<memory>"]
+        self.id_branches: list[str] = []
+
+    @property
+    def total(self) -> int:
+        """Events after first_entry, at most max_events (-1: all)."""
+        available = max(0, self.length - self.config.first_entry)
+        return available if self.config.max_events < 0 else min(available, self.config.max_events)
+
+    def chunks(self) -> Iterator[Chunk]:
+        step, first = self.config.chunk_size, self.config.first_entry
+        for lo in range(first, first + self.total, step):
+            hi = min(lo + step, first + self.total)
+            yield Chunk(columns={key: values[lo:hi] for key, values in self.columns.items()}, file="<memory>",
+                        entry_start=lo, length=hi - lo, first_index=lo - first)
+
+
 def make_source(config: SourceConfig, requests: list[Request]) -> RootSource | EmptySource:
     """The source the configuration asks for."""
     return RootSource(config, requests) if config.type == "root" else EmptySource(config, requests)

@@ -15,6 +15,9 @@ A module that runs models gets an inference client through ``inference=``: a
 or a real client: ``inference={"mode": "direct", "repository": ["data/models/demo"]}`` builds the same
 client a job's ``services.inference`` section builds (``"mode": "sonic"`` with ``servers`` or a local
 fallback server), and closes it when the run ends.
+
+:func:`run_modules` runs a few modules together, through a real :class:`~.process.Process` (its scheduler, so
+a filter stops the later modules for the events it rejects, as in a job) on the same kind of columns.
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ from .event import Chunk, Event, EventView
 from .futures import as_future
 from .module import Analyzer, Module
 from .scheduler import kind_of
-from .services import service_class
+from .config import SourceConfig, parse
+from .process import Process
+from .services import Service, service_class
+from .source import ColumnSource, Request
+from .timing import Timing
 
 
 @dataclass
@@ -142,3 +149,87 @@ def _call(module: Module, view: Any, batch: Batch) -> Any:
     except Exception as err:
         raise ModuleError(module.label, batch.describe(), phase, err) from err
     return np.asarray(outcome, dtype=bool) if kind.filters else True
+
+
+@dataclass
+class ProcessRun:
+    """What :func:`run_modules` saw, in input order: every product by key (``"<label>:<instance>"``) as a list
+    with one entry per event (None where it was not put: a filter before the module rejected the event, or the
+    module put nothing), whether each event passed every filter (what a job writes), the Analyzers'
+    histograms by ``"<label>/<name>"``, and the job's timing (per module: events visited and passed)."""
+
+    products: dict[str, list[Any]]
+    passed: list[bool]
+    histograms: dict[str, Any]
+    timing: Timing = field(repr=False)
+
+    def visited(self, label: str) -> int:
+        """Events module ``label`` ran on (fewer than all when a filter before it rejected some)."""
+        return next(m["visited"] for m in self.timing.report()["modules"] if m["label"] == label)
+
+
+class _GivenClient(Service):
+    """The ``inference`` service of a :func:`run_modules` job, holding the caller's client (the caller closes
+    it: a fake client is looked at after the run)."""
+
+    name = "inference"
+
+    def __init__(self, client: Any):
+        super().__init__({})
+        self.client = client
+
+
+def run_modules(modules: Mapping[str, Mapping[str, Any]], inputs: Mapping[str, Any], *,
+                path: list[str] | None = None, inference: Any = None,
+                options: Mapping[str, Any] | None = None) -> ProcessRun:
+    """Runs a small DAG of modules on columns you give it, as a job runs it: the configuration checked as
+    ``sonic run`` checks it, the modules scheduled by the real scheduler (columnar and per-event modules mixed,
+    filters acting along ``path``), one stream and one thread unless ``options`` says otherwise.
+
+    Args:
+        modules: ``{label: {"type": ..., **parameters}}``, a configuration's ``modules`` section, where
+            ``type`` is the class itself (taken as it is, so a class defined in a test works) or a name as a
+            configuration spells it (``"HardEvent"``, ``"my_analysis.HardEvent"``, ``"package.module:Class"``).
+        inputs: the source's columns by the keys the modules consume, one entry per event (as for
+            :func:`run_module`); served from memory by a :class:`~.source.ColumnSource`.
+        path (list[str] | None): the order filters act in (default: the modules' order).
+        inference: an :class:`~.inference.InferenceClient` (a fake one), or ``services.inference`` settings
+            from which the job builds, starts and stops the real service.
+        options: the configuration's ``options`` (``events_per_call``, ``streams``, ``threads``, ``seed``).
+
+    Returns:
+        ProcessRun: every product per event, whether each event passed, histograms, timing.
+
+    Raises:
+        ConfigError: an unknown type or parameter, a bad DAG (as in a job).
+        SourceError: a consumed key is not among ``inputs``.
+        ModuleError: a module failed, naming it, the phase and the event.
+    """
+    types = {label: spec["type"] for label, spec in modules.items() if isinstance(spec.get("type"), type)}
+    section = {label: {**spec, "type": f"{cls.__module__}:{cls.__qualname__}"} if (cls := types.get(label)) else
+               dict(spec) for label, spec in modules.items()}
+    settings: dict[str, Any] = {"process": "run_modules", "modules": section,
+                                "options": {"progress": False, **(options or {})}}
+    if path is not None:
+        settings["path"] = list(path)
+    if isinstance(inference, Mapping):
+        settings["services"] = {"inference": dict(inference)}
+
+    def source(config: SourceConfig, requests: list[Request]) -> ColumnSource:
+        return ColumnSource(config, requests, dict(inputs))
+
+    process = Process(parse(settings), module_types=types, source=source)
+    if inference is not None and not isinstance(inference, Mapping):
+        process.services["inference"] = _GivenClient(inference)  # instead of the one settings would build
+    keys = [key for module in process.prototypes.values() for key in module.produces()]
+    products: dict[str, list[Any]] = {key: [] for key in keys}
+    decisions: list[bool] = []
+
+    def collect(event: Event, passed: bool) -> None:
+        put = event.products
+        for key, values in products.items():
+            values.append(put.get(key))
+        decisions.append(bool(passed))
+
+    result = process.run(progress=False, on_event=collect, keep_histograms=True)
+    return ProcessRun(products, decisions, dict(result.histograms), result.timing)
