@@ -8,6 +8,14 @@ is dead (a ``kill -9``, a node that lost power) from one still being written, an
 ones: ``pid`` alone is not enough on a shared file system, where another node's live writer has a pid
 that means nothing here.
 
+Host and PID are enough here, unlike for signalling a process (where the project's liveness rule,
+``inference.owner.ProcessId``, also compares the kernel start time): the sweep removes a temporary only
+when no process holds its writer's PID on the writer's host, and a writer that holds its PID is alive.
+A PID reused since the writer died can only make the sweep keep a dead writer's temporary until that
+PID is free, never remove a live writer's one. The one case a host name cannot tell apart is a writer in
+another PID namespace with the same host name (a container on the host's network writing into a folder
+the host also writes the same target in); the project's jobs do not share targets that way.
+
 Targets are checked before the first event (:func:`check_target`): an existing directory, a
 non-regular file (``/dev/null`` would be replaced by a rename), a missing or unwritable folder, or a
 path that is also an input of the job are refused with one line naming the path.

@@ -4,7 +4,7 @@ Each server of a fleet (a batch job running ``tritonserver``) owns one entry, ``
 
     {"name": "0003", "address": "gpu17.site:40123", "models": {"demo_mlp": "1"}, "health": "ready",
      "ssl": false, "root_certificates": null, "host": "gpu17", "pid": 4242, "batch_id": "1234_3",
-     "started": 1764170000.0, "heartbeat": 1764170042.5, "ttl_s": 20.0}
+     "started": 1764170000.0, "heartbeat": 1764170042.5, "ttl_s": 20.0, "start": 81234567}
 
 * **Written whole or not at all**: each write goes to a temporary named after the writer's host and pid and
   is renamed over the entry (:class:`~sonic_hep.framework.atomic.PendingText`), so a reader on any node sees
@@ -12,8 +12,10 @@ Each server of a fleet (a batch job running ``tritonserver``) owns one entry, ``
   its own entry).
 * **Expiry**: the server rewrites its entry every heartbeat; a reader ignores an entry whose ``heartbeat``
   is older than its ``ttl_s`` (a server job killed with SIGKILL, or a node that died, cannot remove its
-  entry). On the reader's own host a dead ``pid`` expires the entry at once. Clocks of the nodes are
-  assumed NTP-synchronised to well within ``ttl_s``.
+  entry). On the reader's own host the writer's process decides at once, by the project's one liveness
+  rule (:class:`~.owner.ProcessId`: the ``pid`` must still run and, where the entry gives it, have the kernel
+  ``start`` time it had, so a PID reused by another process does not keep a dead server's entry alive).
+  Clocks of the nodes are assumed NTP-synchronised to well within ``ttl_s``.
 * **Removal**: a server job that ends (stopped, cancelled, its server died) removes its entry first, so
   clients stop choosing it before it stops answering.
 
@@ -39,7 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import PendingText, pid_alive, remove_stale_temporaries
+from ..atomic import PendingText, remove_stale_temporaries
+from .owner import ProcessId
 from .server_spec import ServerSpec
 
 log = logging.getLogger(__name__)
@@ -68,13 +71,25 @@ class Entry:
     started: float = field(default_factory=time.time)
     heartbeat: float = field(default_factory=time.time)
     ttl_s: float = TTL_S
+    #: kernel start time of ``pid`` (:attr:`ProcessId.start`); filled in for an entry of this process
+    start: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start is None and self.pid == os.getpid():
+            self.start = ProcessId.current().start
+
+    def process_alive(self) -> bool:
+        """Whether the writer still runs (meaningful on its own host only): its PID is taken, and by a
+        process started when the entry says (an entry without ``start`` trusts the PID)."""
+        now = ProcessId.of(self.pid)
+        return now is not None and self.start in (None, now.start)
 
     def expired(self, now: float | None = None) -> str:
         """Why a reader must ignore this entry now ("" while it is live)."""
         now = time.time() if now is None else now
         if now - self.heartbeat > self.ttl_s:
             return f"no heartbeat for {now - self.heartbeat:.0f} s (limit {self.ttl_s:.0f} s)"
-        if self.host == socket.gethostname() and not pid_alive(self.pid):
+        if self.host == socket.gethostname() and not self.process_alive():
             return f"its process {self.pid} on {self.host} is gone"
         if self.health != "ready":
             return f"health {self.health}"
@@ -146,6 +161,7 @@ FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "started": ((int, float), "a number", False),
     "heartbeat": ((int, float), "a number", True),
     "ttl_s": ((int, float), "a number", True),
+    "start": ((int, type(None)), "an integer or null", False),
 }
 
 
@@ -161,6 +177,12 @@ def parse_entry(text: str) -> Entry:
         data = json.loads(text)
     except ValueError as err:
         raise EntryProblem(f"not JSON ({err})") from None
+    return entry_from(data)
+
+
+def entry_from(data: Any) -> Entry:
+    """The entry an already decoded JSON value holds, checked as :func:`parse_entry` checks a file (for a
+    record that keeps its entry beside other data: ``sonic server start``'s registry)."""
     if not isinstance(data, dict):
         raise EntryProblem(f"not a JSON object: {_shown(data)}")
     values: dict[str, Any] = {}

@@ -286,7 +286,7 @@ def paced_config(path: Path, events: int, pace_ms: float = 20.0, fleet_tls: dict
 
 def fleet_args(directory: Path, executor: str, servers: int, *extra: str) -> list[str]:
     return ["fleet", "start", directory, "-r", DEMO, "-m", "demo_mlp", "--servers", str(servers), "--executor",
-            executor, "--cpus", "1", "--host", "127.0.0.1", "--heartbeat-s", "1", "--ttl-s", "5", "--drain-s", "1",
+            executor, "--cpus-per-server", "1", "--host", "127.0.0.1", "--heartbeat-s", "1", "--ttl-s", "5", "--drain-s", "1",
             "--scale-interval-s", "1", "--wait", "--timeout", "150", *extra]
 
 

@@ -225,6 +225,37 @@ def test_server_stop_signals_only_a_process_it_provably_started(tmp_path, sonic_
         stranger.wait()
 
 
+def test_a_current_record_whose_supervisor_pid_was_reused_is_stale_and_never_signalled(tmp_path, sonic_cli):
+    """A record in the registry's own format, heartbeat fresh, whose supervisor PID now belongs to another
+    process (a later start time): ``status`` shows it as stale, ``stop --all`` signals nothing."""
+    from dataclasses import asdict
+
+    from sonic_hep.framework.inference.fleet_directory import Entry
+
+    state = tmp_path / "state"
+    state.mkdir()
+    stranger = subprocess.Popen(["sleep", "120"])
+    try:
+        reused = ProcessId.of(stranger.pid)
+        entry = Entry(name="127.0.0.1_3", address="127.0.0.1:3", pid=stranger.pid, start=reused.start + 1)
+        supervisor = {"pid": stranger.pid, "start": reused.start + 1, "cmdline": list(reused.cmdline)}
+        (state / "127.0.0.1_3.json").write_text(json.dumps({"grpc": "127.0.0.1:3", "models": [],
+                                                            "supervisor": supervisor, "entry": asdict(entry)}))
+        env = {"SONIC_HEP_STATE": str(state)}
+        status = sonic_cli("server", "status", env=env, timeout=60)
+        assert "stale record" in status.stderr and "127.0.0.1:3" in status.stderr, status.stderr
+        assert "127.0.0.1:3: " not in status.stdout  # not asked over gRPC as if it ran
+        (state / "127.0.0.1_3.json").write_text(json.dumps({"grpc": "127.0.0.1:3", "models": [],
+                                                            "supervisor": supervisor, "entry": asdict(entry)}))
+        every = sonic_cli("server", "stop", "--all", env=env, timeout=60)
+        assert "stale record" in every.stderr and "Traceback" not in every.stderr, every.stderr
+        time.sleep(0.5)  # a SIGTERM, had one been sent, is delivered at once
+        assert stranger.poll() is None, "sonic server stop killed a process it did not start"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_spawned_child_exits_when_its_parent_is_already_gone(tmp_path):
     """The death signal is armed after fork; a parent that died before that must not leave an orphan."""
     script = textwrap.dedent("""

@@ -11,7 +11,7 @@ are used, servers that leave are failed over.
 Examples::
 
     sonic fleet start fleet --config miniaod --servers 2 --executor slurm --gpus-per-server 1 \\
-        --cpus 4 --mem 16G --time 08:00:00 -E partition=gpu --max-servers 8 --wait
+        --cpus-per-server 4 --mem 16G --time 08:00:00 -E partition=gpu --max-servers 8 --wait
     sonic fleet start fleet -r data/models/demo --servers 1 --host 127.0.0.1 --wait   # this machine only
     sonic fleet status fleet
     sonic fleet scale fleet --min-servers 1 --max-servers 4      # the autoscaler's bounds, while it runs
@@ -33,7 +33,7 @@ from ..grid.fleet_autoscale import Rule
 from .server_flags import add_server_flags, options_from
 
 #: server options a fleet does not offer: its server jobs choose their own ports and work folders on their node
-#: (several may share one), and ``--cpus`` is the number of cores the batch system gives each job
+#: (several may share one), and ``--cpus-per-server`` is the number of cores the batch system gives each job
 NOT_OFFERED = ("cpus", "workdir", "grpc_port", "http_port", "metrics_port")
 
 
@@ -44,7 +44,7 @@ def start(args: argparse.Namespace) -> int:
     rule = Rule(min_servers=servers if args.min_servers is None else args.min_servers,
                 max_servers=max(servers, args.max_servers or servers), threshold_ms=args.scale_threshold_ms,
                 window_s=args.scale_window_s, idle_s=args.scale_idle_s, interval_s=args.scale_interval_s)
-    options = executor_options(args.executor, executors.parse_key_values(args.executor_option), cpus=args.cpus,
+    options = executor_options(args.executor, executors.parse_key_values(args.executor_option), cpus=args.cpus_per_server,
                                mem=args.mem, time_limit=args.time, gpus=args.gpus_per_server)
     spec = options_from(args, FleetSpec, exclude=NOT_OFFERED, repository=[os.path.abspath(p) for p in
                                                                         repositories_of(args)],
@@ -55,7 +55,7 @@ def start(args: argparse.Namespace) -> int:
                         autoscale={**asdict(rule), "stop_with_tasks": args.stop_with_tasks})
     # the server jobs start elsewhere: their certificates are named from the root
     spec = replace(spec, **{name: _abs(getattr(spec, name)) for name in TLS_FILES})
-    fleet = Fleet.create(args.directory, spec, 0, cpus=args.cpus or 1)
+    fleet = Fleet.create(args.directory, spec, 0, cpus=args.cpus_per_server or 1)
     indices = fleet.add(servers) if servers else []
     manager = start_manager(fleet)
     print(f"fleet {fleet.directory}: {len(indices)} server job(s) submitted to {args.executor}; manager pid "
@@ -130,7 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="an executor option, as for sonic submit (e.g. -E partition=gpu)")
     p.add_argument("--gpus-per-server", type=int, default=0, metavar="G",
                    help="GPUs per server job (slurm --gres=gpu:G, condor request_gpus); 0: CPU servers")
-    p.add_argument("--cpus", type=int, metavar="C", help="cores per server job")
+    p.add_argument("--cpus-per-server", type=int, metavar="C", help="cores the batch system gives each server job")
     p.add_argument("--mem", metavar="M", help="memory per server job (e.g. 16G)")
     p.add_argument("--time", metavar="T", help="wall-time limit per server job (e.g. 08:00:00)")
     p.add_argument("--advertise", metavar="HOST", help="host name clients use (default: the node's name)")

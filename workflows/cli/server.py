@@ -20,17 +20,17 @@ in the server's python, no model file) is left out: ``start`` prints ``not serve
 ``status`` lists it as ``NOT SERVED (reason)``; the rest are served. ``--strict`` (or
 ``services.inference.fallback_server.strict`` of ``--config``) refuses to start instead, in one line.
 
-``start`` records the running server in ``$SONIC_HEP_STATE`` (default ``~/.cache/sonic-hep/servers``)
-so ``stop`` and ``status`` find it; the record goes away when the server stops. The record names the
-``sonic server start`` process by PID, start time and command line: ``stop`` signals it only when all
-three still match, so a stale record (its process gone, its PID reused) never signals a stranger.
+``start`` records the running server in ``$SONIC_HEP_STATE`` (default ``~/.cache/sonic-hep/servers``;
+format and liveness rule: :mod:`.server_registry`) so ``stop`` and ``status`` find it; the record goes away
+when the server stops. ``stop`` signals the ``sonic server start`` process only when its PID, start time
+and command line still match, so a stale record (its process gone, its PID reused) never signals a
+stranger; ``status`` lists stale records as such.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import signal
 import sys
@@ -39,64 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...framework.errors import SonicError
-from ...framework.inference.owner import ProcessId
+from ...framework.inference.fleet_directory import HEARTBEAT_S
 from ...framework.inference.server_options import ServerOptions
 from .server_flags import add_server_flags, options_from
+from .server_registry import Registration, read_records, running_records, stale_line, state_dir, supervisor_of
 
 if TYPE_CHECKING:
     from ...framework.inference.server import TritonServer
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("SONIC_HEP_STATE", Path.home() / ".cache" / "sonic-hep" / "servers"))
-
-
-def _record_path(grpc_url: str) -> Path:
-    return state_dir() / (grpc_url.replace(":", "_").replace("/", "_") + ".json")
-
-
-def _supervisor(record: dict) -> ProcessId | None:
-    """The ``sonic server start`` process a record names, or None for a record that names none."""
-    try:
-        return ProcessId.from_dict(record["supervisor"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def read_records(remove_stale: bool = True) -> tuple[list[dict], list[dict]]:
-    """``(running, stale)`` records of servers started by ``sonic server start`` on this machine.
-
-    A record is running only while the process it names has the same PID, start time and command line;
-    stale records (the process exited, or its PID now belongs to another process) are removed unless
-    ``remove_stale`` is false.
-    """
-    running, stale = [], []
-    for path in sorted(state_dir().glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            record = {}
-        record = record if isinstance(record, dict) else {}
-        record["_path"] = str(path)
-        supervisor = _supervisor(record)
-        if supervisor is not None and supervisor.alive():
-            running.append(record)
-        else:
-            if remove_stale:
-                path.unlink(missing_ok=True)
-            stale.append(record)
-    return running, stale
-
-
-def running_records() -> list[dict]:
-    """Servers started by ``sonic server start`` on this machine that are still running."""
-    return read_records()[0]
-
-
-def _stale_line(record: dict) -> str:
-    pid = (record.get("supervisor") or {}).get("pid", record.get("supervisor_pid", "?"))
-    return (f"sonic: stale record {record['_path']} ({record.get('grpc', 'no address')}): pid {pid} is no longer "
-            f"the `sonic server start` that wrote it; removed the record and signalled nothing")
 
 
 # -- start ------------------------------------------------------------------------------------------------
@@ -157,21 +106,22 @@ def start(args: argparse.Namespace) -> int:
     record = None
     try:
         server.start()
-        record = _record_path(server.grpc_url)
-        record.parent.mkdir(parents=True, exist_ok=True)
-        supervisor = ProcessId.current()
-        server_process = ProcessId.of(server.pid)
-        record.write_text(json.dumps({**server.describe(), "supervisor": supervisor.to_dict(),
-                                      "server": server_process.to_dict() if server_process else None,
-                                      "supervisor_pid": os.getpid(), "started": time.time()}))
+        record = Registration(server)
         print(f"Triton server ready: grpc {server.grpc_url}  {_banner(server)}")
         print(f"models: {', '.join(server.served)}")  # exposure warnings: logged by server.start()
         print(f"backends: {_backend_summary(server.model_backends)}")
         for line in _not_served(server.skipped):
             print(line)
         print(f"log: {server.log_path}   (Ctrl-C or `sonic server stop {server.grpc_url}` stops it)", flush=True)
+        last_beat = time.monotonic()
         while not stop_requested and server.alive():
             time.sleep(0.2)
+            if time.monotonic() - last_beat >= HEARTBEAT_S:
+                last_beat = time.monotonic()
+                try:
+                    record.beat()
+                except OSError as err:  # the server still serves; `status` shows it stale until a beat lands
+                    print(f"sonic: warning: cannot refresh {record.path}: {err.strerror or err}", file=sys.stderr)
         if not stop_requested:
             print(f"sonic: error: the Triton server exited (code {server.process.returncode}); log "
                   f"{server.log_path}:\n{server.log_tail()}", file=sys.stderr)
@@ -180,7 +130,7 @@ def start(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         if record is not None:
-            record.unlink(missing_ok=True)
+            record.remove()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if record is not None:  # a server that never started (--strict, a taken port) leaves only its error line
@@ -213,7 +163,7 @@ def stop(args: argparse.Namespace) -> int:
     for record in stale:
         if args.all or record.get("grpc") in (args.address or []):
             Path(record["_path"]).unlink(missing_ok=True)
-            print(_stale_line(record), file=sys.stderr)
+            print(stale_line(record), file=sys.stderr)
     stale_addresses = {r.get("grpc") for r in stale}
     if args.all:
         chosen = records
@@ -227,13 +177,15 @@ def stop(args: argparse.Namespace) -> int:
                              f"running: {sorted(by_url) or 'none'}")
         chosen = [by_url[a] for a in args.address if a in by_url]
     for record in chosen:
-        supervisor = _supervisor(record)
+        supervisor = supervisor_of(record)
         if supervisor is None or not supervisor.alive():  # checked again right before the signal
-            print(_stale_line(record), file=sys.stderr)
+            print(stale_line(record), file=sys.stderr)
             continue
         os.kill(supervisor.pid, signal.SIGTERM)
     for record in chosen:
-        supervisor = _supervisor(record)
+        supervisor = supervisor_of(record)
+        if supervisor is None:  # told as stale above, nothing signalled
+            continue
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline and supervisor.alive():
             time.sleep(0.1)
@@ -249,6 +201,9 @@ def status(args: argparse.Namespace) -> int:
 
     from ...framework.inference.tls_probe import certificate_problem, server_tls
 
+    if not args.address:
+        for record in read_records()[1]:
+            print(stale_line(record), file=sys.stderr)
     records = {r["grpc"]: r for r in running_records()}
     addresses = args.address or list(records)
     if not addresses:

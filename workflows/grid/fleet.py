@@ -60,7 +60,7 @@ MANAGER_FILE = "manager.json"
 DECISIONS = "logs/autoscaler.jsonl"
 TASKS_FILE = "tasks.json"
 
-#: ``--cpus/--mem/--time/--gpus-per-server`` as each executor's options (local: the node's own resources)
+#: ``--cpus-per-server/--mem/--time/--gpus-per-server`` as each executor's options (local: the node's own resources)
 RESOURCES: dict[str, dict[str, str]] = {
     "slurm": {"cpus": "cpus_per_task", "mem": "mem", "time": "time", "gpus": "extra:--gres=gpu:{}"},
     "condor": {"cpus": "request_cpus", "mem": "request_memory", "gpus": "extra:request_gpus={}"},
