@@ -36,7 +36,7 @@ def test_bench_reports_modes_jobs_and_derived_numbers(sonic_cli, tmp_path):
     assert derived["patch_gbit_per_event_uint8"] == pytest.approx(hits * 48 * 48 * 8 / 1e9)
     assert derived["network_limited_jobs_uint8"] == pytest.approx(4 * derived["network_limited_jobs_float32"])
     assert derived["sonic-cpu_jobs_per_server"] > 0
-    assert (out / "protodune.md").read_text().startswith("# ProtoDUNE EmTrkMichelId benchmark")
+    assert (out / "protodune.md").read_text().startswith("# sonic bench protodune: EmTrkMichelId\n\nCommand: `sonic bench protodune")
     assert (out / "protodune.png").stat().st_size > 1000
 
 
