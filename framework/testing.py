@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -100,7 +99,7 @@ def run_module(module_type: type[Module], inputs: Mapping[str, Any], label: str 
         owned = service_class("inference")(dict(inference))  # found as a job finds it, by name
         module.services["inference"] = owned
     elif inference is not None:
-        module.services["inference"] = SimpleNamespace(client=inference)
+        module.services["inference"] = GivenClient(inference)
     lengths = {len(column) for column in inputs.values()}
     if len(lengths) > 1:
         raise ValueError(f"inputs have different numbers of events: { {k: len(v) for k, v in inputs.items()} }")
@@ -168,9 +167,10 @@ class ProcessRun:
         return next(m["visited"] for m in self.timing.report()["modules"] if m["label"] == label)
 
 
-class _GivenClient(Service):
-    """The ``inference`` service of a :func:`run_modules` job, holding the caller's client (the caller closes
-    it: a fake client is looked at after the run)."""
+class GivenClient(Service):
+    """An ``inference`` service holding a client made elsewhere instead of making one: the caller's, in
+    :func:`run_module` and :func:`run_modules` (the caller closes it: a fake client is looked at after the run).
+    ``fake.use_client`` installs a subclass that closes it with the job."""
 
     name = "inference"
 
@@ -220,7 +220,7 @@ def run_modules(modules: Mapping[str, Mapping[str, Any]], inputs: Mapping[str, A
 
     process = Process(parse(settings), module_types=types, source=source)
     if inference is not None and not isinstance(inference, Mapping):
-        process.services["inference"] = _GivenClient(inference)  # instead of the one settings would build
+        process.services["inference"] = GivenClient(inference)  # instead of the one settings would build
     keys = [key for module in process.prototypes.values() for key in module.produces()]
     products: dict[str, list[Any]] = {key: [] for key in keys}
     decisions: list[bool] = []

@@ -34,7 +34,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ..errors import InferenceError
-from ..services import Service
+from ..testing import GivenClient
 from .client import Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, split_requests
 from .repository import ModelInfo, TensorSpec, add_tensors
 from .triton_errors import RequestError, action_for
@@ -139,14 +139,8 @@ class FakeClient(InferenceClient):
         self.closed = True
 
 
-class FakeService(Service):
-    """The ``inference`` service of a process, holding a given client instead of making one."""
-
-    name = "inference"
-
-    def __init__(self, client: InferenceClient):
-        super().__init__({})
-        self.client = client
+class FakeService(GivenClient):
+    """The ``inference`` service of a process, holding a given client, closed with the job."""
 
     def end_job(self) -> None:
         self.client.close()
