@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ...framework.inference.repository import TensorSpec, write_model
+from ...framework.inference import TensorSpec, write_model
 from ...framework.paths import MODELS
 
 OPSET = 17
@@ -110,7 +110,7 @@ def write_mlp(repository: str | os.PathLike, name: str = "demo_mlp", n_in: int =
 def _drop_dynamic_batching(model_dir: Path) -> None:
     from google.protobuf import text_format
 
-    from ...framework.inference.repository import parse_config
+    from ...framework.inference import parse_config
 
     config = parse_config(model_dir / "config.pbtxt")
     config.ClearField("dynamic_batching")

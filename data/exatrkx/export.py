@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ...framework.inference.repository import TensorSpec, add_tensors, write_model
+from ...framework.inference import TensorSpec, add_tensors, write_model
 from ...modules.exatrkx.features import FEATURES
 
 F = len(FEATURES)

@@ -149,7 +149,7 @@ def onnx_bytes(model, inputs: Sequence[np.ndarray], names: Sequence[str], output
 def export(cache: Path, weights: Path, out: Path, models: list[str]) -> None:
     """Writes the repository entries (ONNX + config.pbtxt with checksum + labels) and ``training.json``."""
     torch = _torch()
-    from ...framework.inference.repository import TensorSpec, write_model
+    from ...framework.inference import TensorSpec, write_model
 
     out.mkdir(parents=True, exist_ok=True)
     summary_path = out / "training.json"

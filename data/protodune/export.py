@@ -26,7 +26,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ...framework.inference.repository import TensorSpec, add_tensors, write_model
+from ...framework.inference import TensorSpec, add_tensors, write_model
 from ...framework.paths import MODELS
 from .model import CLASSES, INPUT, OUTPUTS, PATCH
 

@@ -40,7 +40,7 @@ from .repository import ModelInfo, TensorSpec, add_tensors
 from .triton_errors import RequestError, action_for
 
 if TYPE_CHECKING:
-    from .servers import ServerPool
+    from .sonic.servers import ServerPool
 
 #: one request's computation: input arrays by name → output arrays by name (batch dimension first
 #: when the model has one)
@@ -208,7 +208,7 @@ class FakeServer:
 def fake_pool(*servers: FakeServer, **options: Any) -> ServerPool:
     """A :class:`~.servers.ServerPool` of ``servers`` (no fallback, no background refresh), each with its
     models in rotation and already verified; the first is preferred while it is in rotation."""
-    from .servers import ServerPool, ServerState  # gRPC only where a pool is made
+    from .sonic.servers import ServerPool, ServerState  # gRPC only where a pool is made
 
     pool = ServerPool([], fallback=False, refresh_s=1e9, **options)
     pool.states = [ServerState(server, models=dict.fromkeys(server.models, "1"),

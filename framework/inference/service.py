@@ -50,7 +50,7 @@ from ..settings import Problem, build, limits
 from .client import InferenceClient
 from .keepalive import MIN_TIME_S, TIME_S, TIMEOUT_S
 from .repository import ModelRepository
-from .server_options import fallback_server
+from .serving.server_options import fallback_server
 
 
 @dataclass
@@ -124,7 +124,7 @@ def make_client(config: InferenceConfig) -> InferenceClient:
 
         return DirectClient(repository, workers=config.workers, intra_op_threads=config.intra_op_threads,
                             inter_op_threads=config.inter_op_threads, device=config.device)
-    from .sonic import SonicClient
+    from .sonic.client import SonicClient
 
     if config.fleet:
         return _fleet_client(config, repository)
@@ -139,8 +139,8 @@ def _fleet_client(config: InferenceConfig, repository: ModelRepository | None) -
     the fleet's directory as servers join and leave (``ServerPool.follow``)."""
     from dataclasses import replace
 
-    from .fleet_directory import FLEET_FILE, discover, wait_for_servers
-    from .sonic import SonicClient
+    from .serving.fleet_directory import FLEET_FILE, discover, wait_for_servers
+    from .sonic.client import SonicClient
 
     unknown = set(config.fleet_tls) - FLEET_TLS_KEYS
     if unknown:

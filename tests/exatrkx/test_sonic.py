@@ -10,9 +10,9 @@ from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.servers import ServerPool
-from sonic_hep.framework.inference.sonic import SonicClient
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.sonic.servers import ServerPool
+from sonic_hep.framework.inference.sonic.client import SonicClient
 from sonic_hep.modules.exatrkx import working_point
 from sonic_hep.modules.exatrkx.edge_selection import select_edges
 from sonic_hep.modules.exatrkx.features import HIT_FIELDS, hit_features

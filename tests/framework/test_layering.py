@@ -4,6 +4,11 @@
   modules or data: a job without models, or a new inference back end, must not drag the other along;
 * modules import the framework only through its public APIs, ``sonic_hep.framework`` and
   ``sonic_hep.framework.inference`` (what their ``__init__`` exports), so the framework's insides can move;
+* workflows and data reach inference only through the public APIs of its packages (``framework.inference``,
+  ``.sonic``, ``.serving``) or the code that runs inside servers (``framework.inference.backends``, whose
+  import path model repositories name), so inference can be rearranged without touching the command line;
+* running a server never depends on the SONIC client (``serving`` imports nothing from ``sonic``): a site
+  that only serves models must not need the client's insides, and the two cannot form a cycle;
 * nothing imports ``workflows`` except ``workflows`` itself: it is the top (the command line, the grid);
 * nothing takes a private name (``_x``) from another module.
 
@@ -20,10 +25,12 @@ import pytest
 
 from sonic_hep import framework
 from sonic_hep.framework import inference
+from sonic_hep.framework.inference import serving, sonic
 from tests.conftest import PROJECT
 
 ROOMS = ("framework", "modules", "workflows", "data", "configs")
-PUBLIC = {"framework": set(framework.__all__), "framework.inference": set(inference.__all__)}
+PUBLIC = {"framework": set(framework.__all__), "framework.inference": set(inference.__all__),
+          "framework.inference.sonic": set(sonic.__all__), "framework.inference.serving": set(serving.__all__)}
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,25 @@ def test_modules_use_the_public_framework_api_only():
         public = PUBLIC.get(i.target)
         if public is None or not set(i.names) <= public:
             bad.append(i)
+    assert not bad, "\n".join(map(str, bad))
+
+
+def test_workflows_and_data_use_the_public_inference_apis_only():
+    bad = []
+    for i in IMPORTS:
+        if _room(i.importer) not in ("workflows", "data", "configs") or not i.target.startswith("framework.inference"):
+            continue
+        if i.target.startswith("framework.inference.backends"):
+            continue
+        public = PUBLIC.get(i.target)
+        if public is None or not set(i.names) <= public:
+            bad.append(i)
+    assert not bad, "\n".join(map(str, bad))
+
+
+def test_serving_never_imports_the_sonic_client():
+    bad = [i for i in IMPORTS if i.importer.startswith("framework.inference.serving")
+           and i.target.startswith("framework.inference.sonic")]
     assert not bad, "\n".join(map(str, bad))
 
 

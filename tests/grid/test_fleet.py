@@ -122,7 +122,7 @@ def test_bad_backoff_is_one_line():
 
 
 def test_a_server_that_cannot_write_its_entry_keeps_serving_and_leaves_only_after_the_grace(tmp_path, caplog):
-    from sonic_hep.framework.inference.fleet_directory import Entry, live_entries, register
+    from sonic_hep.framework.inference.serving.fleet_directory import Entry, live_entries, register
     from sonic_hep.workflows.grid.fleet_member import Heartbeat
 
     now, broken = [0.0], [False]
@@ -156,7 +156,7 @@ def test_a_server_that_cannot_write_its_entry_keeps_serving_and_leaves_only_afte
 
 
 def test_the_metric_is_the_fleets_queue_time_per_request_over_the_interval(monkeypatch):
-    from sonic_hep.framework.inference.fleet_directory import Entry
+    from sonic_hep.framework.inference.serving.fleet_directory import Entry
     from sonic_hep.framework.inference.triton_errors import RequestError
     from sonic_hep.workflows.grid import fleet_manager
     from sonic_hep.workflows.grid.fleet import Member
@@ -197,7 +197,7 @@ def test_the_metric_is_the_fleets_queue_time_per_request_over_the_interval(monke
 
 
 def test_stop_removes_the_entry_a_killed_server_job_left(tmp_path):
-    from sonic_hep.framework.inference.fleet_directory import Entry, read_entries, register
+    from sonic_hep.framework.inference.serving.fleet_directory import Entry, read_entries, register
     from sonic_hep.workflows.grid.fleet import FleetSpec
     from sonic_hep.workflows.grid.records import JobReport, Submission
 
@@ -460,8 +460,8 @@ def test_a_server_job_rides_out_an_unwritable_fleet_directory_and_leaves_cleanly
     import subprocess
     import sys
 
-    from sonic_hep.framework.inference.connection import ServerConnection
-    from sonic_hep.framework.inference.fleet_directory import live_entries
+    from sonic_hep.framework.inference.sonic.connection import ServerConnection
+    from sonic_hep.framework.inference.serving.fleet_directory import live_entries
     from sonic_hep.workflows.grid.fleet import FleetSpec
 
     fleet = Fleet.create(tmp_path / "fleet", FleetSpec([str(DEMO)], models=["demo_mlp"], host="127.0.0.1",

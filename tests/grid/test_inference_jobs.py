@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import uproot
 
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.workflows.grid.merge import merge
 from sonic_hep.workflows.grid.task import Task
 from tests.conftest import PROJECT

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from tests.inference.conftest import sonic_client
 
 pytestmark = pytest.mark.triton

@@ -13,9 +13,9 @@ from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.data.demo.models import write_mlp
 from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.servers import ServerPool
-from sonic_hep.framework.inference.sonic import SonicClient
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.sonic.servers import ServerPool
+from sonic_hep.framework.inference.sonic.client import SonicClient
 
 from tests.conftest import shared_path
 

@@ -28,8 +28,8 @@ from sonic_hep.data.demo.models import write_mlp
 from sonic_hep.framework.inference.backends.common.model_file import kind_of, problem
 from sonic_hep.framework.inference.backends.onnxruntime.ort_session import open_session
 from sonic_hep.framework.inference.repository import ModelRepository, TensorSpec, write_model
-from sonic_hep.framework.inference.runtime_repository import write_entry
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.runtime_repository import write_entry
+from sonic_hep.framework.inference.serving.server import TritonServer
 
 from tests.conftest import PROJECT
 

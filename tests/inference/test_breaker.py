@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sonic_hep.framework.inference.breaker import (EVENTS, MOVES, STATES, TABLE, Breaker, BreakerSettings,
+from sonic_hep.framework.inference.sonic.breaker import (EVENTS, MOVES, STATES, TABLE, Breaker, BreakerSettings,
                                                    event_for)
-from sonic_hep.framework.inference.servers import ServerPool, ServerState
-from sonic_hep.framework.inference.sonic import SonicClient, _Attempt
+from sonic_hep.framework.inference.sonic.servers import ServerPool, ServerState
+from sonic_hep.framework.inference.sonic.client import SonicClient, _Attempt
 from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError
 
 SETTINGS = BreakerSettings(threshold=3, backoff_s=1.0, max_backoff_s=4.0)

@@ -18,12 +18,12 @@ import uproot
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework import config as cfgmod
-from sonic_hep.framework.inference.breaker import BreakerSettings
+from sonic_hep.framework.inference.sonic.breaker import BreakerSettings
 from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.servers import ServerPool
-from sonic_hep.framework.inference.sonic import SonicClient
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.sonic.servers import ServerPool
+from sonic_hep.framework.inference.sonic.client import SonicClient
 from sonic_hep.framework.process import Process
 
 from tests.inference.conftest import sonic_client

@@ -13,7 +13,7 @@ from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import InferenceError, ModuleError
 from sonic_hep.framework.inference.fake import FakeClient, FakeServer, constant, fake_pool, model_info, use_client
 from sonic_hep.framework.inference.repository import ModelRepository, TensorSpec
-from sonic_hep.framework.inference.sonic import SonicClient
+from sonic_hep.framework.inference.sonic.client import SonicClient
 from sonic_hep.framework.inference.triton_errors import RequestError
 from sonic_hep.framework.process import Process
 

@@ -18,10 +18,10 @@ import pytest
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference import auto_mode
 from sonic_hep.framework.inference.server_spec import ServerSpec
-from sonic_hep.framework.inference.fleet_directory import (Entry, deregister, discover, entry_path, live_entries,
+from sonic_hep.framework.inference.serving.fleet_directory import (Entry, deregister, discover, entry_path, live_entries,
                                                            read_entries, register, scan, servers_dir)
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.servers import ServerPool
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.sonic.servers import ServerPool
 from tests.inference.conftest import sonic_client
 
 
@@ -120,7 +120,7 @@ def test_an_entry_of_the_wrong_shape_is_skipped_naming_the_file_and_field(tmp_pa
     register(tmp_path, Entry(name="0000", address="127.0.0.1:1", ttl_s=600.0))
     _written(tmp_path, "0001", **changes)
     bad_file = entry_path(tmp_path, "0001")
-    with caplog.at_level(logging.WARNING, logger="sonic_hep.framework.inference.fleet_directory"):
+    with caplog.at_level(logging.WARNING, logger="sonic_hep.framework.inference.serving.fleet_directory"):
         assert discover(tmp_path)() == [ServerSpec("127.0.0.1:1")]  # the good entry beside it is used
         assert [e.name for e in live_entries(tmp_path)] == ["0000"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -152,7 +152,7 @@ def test_fields_a_newer_writer_adds_are_ignored(tmp_path):
 # -- ServerPool.follow on real servers -------------------------------------------------------------------
 @pytest.mark.triton
 def test_pool_takes_in_joining_servers_and_retires_leaving_ones(demo_server, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="sonic_hep.framework.inference.servers")
+    caplog.set_level(logging.INFO, logger="sonic_hep.framework.inference.sonic.servers")
     with TritonServer([DEMO_REPOSITORY], models=["demo_mlp"], workdir=tmp_path / "second") as second:
         named: list[str] = [demo_server.grpc_url]
         client = sonic_client([], shared_memory="off")

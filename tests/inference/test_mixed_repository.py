@@ -26,7 +26,7 @@ from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository, TensorSpec, add_tensors
-from sonic_hep.framework.inference.servable import unservable
+from sonic_hep.framework.inference.serving.servable import unservable
 from sonic_hep.framework.process import Process
 
 from tests.conftest import PROJECT, shared_path
@@ -292,7 +292,7 @@ def test_strict_refuses_with_one_line_naming_the_model_and_reason(repositories, 
 def test_a_job_asking_for_a_model_its_fallback_server_left_out_is_told_why(tmp_path):
     """A SONIC job whose local fallback server left a model out: the error names the model and the reason."""
     from sonic_hep.data.demo.models import write_mlp
-    from sonic_hep.framework.inference.servers import ServerPool
+    from sonic_hep.framework.inference.sonic.servers import ServerPool
     from sonic_hep.framework.inference.triton_errors import NoServerError
 
     write_mlp(tmp_path, name="mlp")

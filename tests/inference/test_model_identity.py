@@ -16,8 +16,8 @@ from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.fake import FakeServer, constant
 from sonic_hep.framework.inference.model_digest import add_checksums, digest, file_digests
 from sonic_hep.framework.inference.repository import ModelRepository, config_checksums, load_model, parse_config
-from sonic_hep.framework.inference.runtime_repository import runtime_config
-from sonic_hep.framework.inference.servers import ServerPool, ServerState
+from sonic_hep.framework.inference.serving.runtime_repository import runtime_config
+from sonic_hep.framework.inference.sonic.servers import ServerPool, ServerState
 from sonic_hep.framework.inference.triton_errors import NoServerError
 
 from .conftest import sonic_client

@@ -28,10 +28,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from sonic_hep.framework.errors import ConfigError, InferenceError
 from sonic_hep.framework.inference.backends.native import build
 from sonic_hep.framework.inference.backends.onnxruntime.ort_session import open_session
-from sonic_hep.framework.inference.runtime_repository import write_entry
+from sonic_hep.framework.inference.serving.runtime_repository import write_entry
 from sonic_hep.workflows.bench._fuzz import infer_arrays
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.inference.service import InferenceConfig
 from sonic_hep.workflows.bench._fuzz import ModelSpec, valid_inputs
 
@@ -640,7 +640,7 @@ def test_the_gpu_check_runs_without_a_gpu_and_refuses_to_pass_for_one(tmp_path):
 def test_building_the_preload_library_prunes_old_builds_of_both_layouts(tmp_path, monkeypatch):
     """The library that keeps Triton's shared memory private moved from ``lib/libsonic_private_shm-<hash>.so`` to
     ``lib/shm-<hash>-<arch>/``: a new build removes unused builds of either layout, and leaves recent ones."""
-    from sonic_hep.framework.inference import private_memory
+    from sonic_hep.framework.inference.serving import private_memory
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = tmp_path / "sonic-hep" / "lib"
@@ -666,7 +666,7 @@ def test_building_the_preload_library_prunes_old_builds_of_both_layouts(tmp_path
 def test_a_failed_compile_is_one_line_with_the_compilers_first_error(tmp_path):
     """``library_cache.compile_library``, which builds the native backend and the transport: the compiler's first
     error line, or what ``explain`` makes of its output."""
-    from sonic_hep.framework.inference.library_cache import compile_library
+    from sonic_hep.framework.inference.serving.library_cache import compile_library
 
     fake = tmp_path / "fake-cxx"
     fake.write_text("#!/bin/sh\necho 'In file included from x.cc:1:' >&2\necho 'x.cc:3:1: error: boom' >&2\n"

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from sonic_hep.framework.errors import ConfigError
-from sonic_hep.framework.inference import connection as connection_module
-from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.sonic import connection as connection_module
+from sonic_hep.framework.inference.sonic.connection import ServerConnection
 from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.paths import PROJECT_ROOT
-from sonic_hep.framework.inference.transport import native
+from sonic_hep.framework.inference.sonic.transport import native
 from sonic_hep.framework.inference.triton_errors import RequestError
 
 from tests.inference.conftest import write_slow_model

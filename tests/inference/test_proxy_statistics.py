@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.server_statistics import not_one_server
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.sonic.server_statistics import not_one_server
 from tests.polling import wait_for
 
 SONIC = [sys.executable, "-m", "sonic_hep.workflows.cli"]

@@ -10,7 +10,7 @@ import pytest
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.data.demo.models import mlp
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference import runtime_repository
+from sonic_hep.framework.inference.serving import runtime_repository
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository, config_checksums, parse_config
 
@@ -70,7 +70,7 @@ def test_a_cpu_server_pinned_to_some_cores_runs_one_gpu_group_instance_per_pinne
     """TritonServer(cpus=...) passes its own cores on: the cap is the server's, not the calling process's."""
     from pathlib import Path
 
-    from sonic_hep.framework.inference.server import TritonServer
+    from sonic_hep.framework.inference.serving.server import TritonServer
 
     project = Path(__file__).resolve().parents[2]
     server = TritonServer([project / "data" / "models" / "protodune_gpu"], cpus=[0], workdir=tmp_path)

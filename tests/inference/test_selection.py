@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sonic_hep.framework.inference.servers import ServerPool, ServerState
+from sonic_hep.framework.inference.sonic.servers import ServerPool, ServerState
 from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError
 
 

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.data.demo.models import write_mlp
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 
 pytestmark = pytest.mark.triton
 
@@ -241,7 +241,7 @@ def test_a_port_taken_between_choice_and_bind_is_retried_until_every_endpoint_li
     # had answered health checks over HTTP already and then exited, so the job's server was gone (chaos test)
     import socket
 
-    from sonic_hep.framework.inference import server as server_module
+    from sonic_hep.framework.inference.serving import server as server_module
 
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from sonic_hep.framework.errors import ConfigError, InferenceError, SonicError
-from sonic_hep.framework.inference.server_options import ServerOptions, fallback_server, option_fields
+from sonic_hep.framework.inference.serving.server_options import ServerOptions, fallback_server, option_fields
 from sonic_hep.framework.settings import Problem
 from sonic_hep.workflows.cli import build_parser
 
@@ -67,7 +67,7 @@ def test_the_tls_pair_is_checked_in_one_place_for_every_front_end(tmp_path, give
         fallback_server(paths)
     assert str(config.value) == f"services.inference.fallback_server.{culprit}: {words}"
     with pytest.raises(InferenceError) as server:  # a server built in code: the same check, the same words
-        from sonic_hep.framework.inference.server import TritonServer
+        from sonic_hep.framework.inference.serving.server import TritonServer
         TritonServer([tmp_path], **paths)
     assert str(server.value) == f"server {culprit} {words}"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sonic_hep.framework.inference.server_statistics import compute_ns
+from sonic_hep.framework.inference.sonic.server_statistics import compute_ns
 
 
 def test_compute_is_input_infer_output_without_the_queue():

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.sonic.connection import ServerConnection
 from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
-from sonic_hep.framework.inference.server import free_port
+from sonic_hep.framework.inference.serving.server import free_port
 from sonic_hep.framework.inference.triton_errors import NoServerError, RequestError
 
 from tests.inference.conftest import sonic_client

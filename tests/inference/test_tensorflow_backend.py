@@ -25,8 +25,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.errors import InferenceError
 from sonic_hep.framework.inference.repository import ModelRepository, TensorSpec, add_tensors
-from sonic_hep.framework.inference.servable import unservable
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.servable import unservable
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.inference.service import InferenceConfig, make_client
 
 TF_PYTHON = Path(__file__).resolve().parents[2] / ".venv-tf" / "bin" / "python"

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from sonic_hep.data.demo.models import write_mlp
-from sonic_hep.framework.inference.calls import _Deadlines
-from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.sonic.calls import _Deadlines
+from sonic_hep.framework.inference.sonic.connection import ServerConnection
 from sonic_hep.framework.inference.server_spec import ServerSpec
-from sonic_hep.framework.inference.transport import grpcio as grpcio_transport
+from sonic_hep.framework.inference.sonic.transport import grpcio as grpcio_transport
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.server import TritonServer, free_port
+from sonic_hep.framework.inference.serving.server import TritonServer, free_port
 from sonic_hep.framework.inference.triton_errors import RequestError, convert
 
 from tests.inference.conftest import write_slow_model

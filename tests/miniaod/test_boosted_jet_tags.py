@@ -20,7 +20,7 @@ import yaml
 
 from sonic_hep.framework import config as cfgmod
 from sonic_hep.framework.errors import ConfigError, SonicError
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.process import Process
 from sonic_hep.modules.miniaod.discriminators import UNDEFINED, Discriminator, make_discriminators
 from sonic_hep.modules.miniaod.preprocess import build_inputs, load_preprocess

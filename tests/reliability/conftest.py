@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 
 PROJECT = Path(__file__).resolve().parents[2]
 

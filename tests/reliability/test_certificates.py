@@ -16,7 +16,7 @@ import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.inference.tls_probe import own_certificate, validity, validity_problem
 from tests.inference.conftest import sonic_client
 

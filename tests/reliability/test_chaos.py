@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.workflows.bench.reliability import answered, has_server_child
 from sonic_hep.workflows.compare import compare_files
 from tests.polling import processes_mentioning, wait_for

@@ -23,8 +23,8 @@ import tritonclient.grpc as grpcclient
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.sockets import listening
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.serving.sockets import listening
 from sonic_hep.framework.inference.tls_probe import hint, server_tls
 from tests.polling import read_line
 

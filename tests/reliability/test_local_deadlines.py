@@ -21,9 +21,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 
 from sonic_hep.data.demo.models import write_mlp
-from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.sonic.connection import ServerConnection
 from sonic_hep.framework.inference.server_spec import ServerSpec
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.inference.triton_errors import RequestError
 
 from tests.inference.conftest import write_slow_model

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
-from sonic_hep.framework.inference.connection import ServerConnection
+from sonic_hep.framework.inference.sonic.connection import ServerConnection
 from sonic_hep.framework.inference.server_spec import ServerSpec
 from sonic_hep.framework.inference.direct import DirectClient
 from sonic_hep.framework.inference.keepalive import Keepalive, dead_by_keepalive
 from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.server import TritonServer
-from sonic_hep.framework.inference.servers import ServerPool
-from sonic_hep.framework.inference.sonic import SonicClient
+from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.sonic.servers import ServerPool
+from sonic_hep.framework.inference.sonic.client import SonicClient
 
 from tests.inference.conftest import write_slow_model
 from tests.polling import wait_for

@@ -25,12 +25,12 @@ import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference import server as server_module
+from sonic_hep.framework.inference.serving import server as server_module
 from sonic_hep.framework.inference.owner import ProcessId, sweep_shared_memory
-from sonic_hep.framework.inference.private_memory import preload_library
-from sonic_hep.framework.inference.server import OWNER_FILE, STUB_SHM_PATTERN, TritonServer, sweep_stale_workdirs
+from sonic_hep.framework.inference.serving.private_memory import preload_library
+from sonic_hep.framework.inference.serving.server import OWNER_FILE, STUB_SHM_PATTERN, TritonServer, sweep_stale_workdirs
 from sonic_hep.framework.inference.shm import CLIENT_SHM_PATTERN, SharedMemoryPool
-from sonic_hep.framework.inference.sockets import listening_table
+from sonic_hep.framework.inference.serving.sockets import listening_table
 from tests.polling import processes_mentioning, read_line, wait_for
 
 pytestmark = pytest.mark.triton
@@ -40,7 +40,7 @@ SHM = Path("/dev/shm")
 JOB = textwrap.dedent("""
     import json, os, sys, threading
     from sonic_hep.data.demo.models import REPOSITORY
-    from sonic_hep.framework.inference.server import TritonServer
+    from sonic_hep.framework.inference.serving.server import TritonServer
 
     started = {}
 
@@ -230,7 +230,7 @@ def test_a_current_record_whose_supervisor_pid_was_reused_is_stale_and_never_sig
     process (a later start time): ``status`` shows it as stale, ``stop --all`` signals nothing."""
     from dataclasses import asdict
 
-    from sonic_hep.framework.inference.fleet_directory import Entry
+    from sonic_hep.framework.inference.serving.fleet_directory import Entry
 
     state = tmp_path / "state"
     state.mkdir()
@@ -260,7 +260,7 @@ def test_spawned_child_exits_when_its_parent_is_already_gone(tmp_path):
     """The death signal is armed after fork; a parent that died before that must not leave an orphan."""
     script = textwrap.dedent("""
         import os, sys
-        from sonic_hep.framework.inference import spawner
+        from sonic_hep.framework.inference.serving import spawner
         real_getppid = os.getppid
         os.getppid = lambda: -1   # in the child: "my parent is no longer the job"
         process = spawner.spawn(["sleep", "60"])

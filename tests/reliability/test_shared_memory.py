@@ -27,9 +27,9 @@ import tritonclient.grpc as grpcclient
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference.owner import ProcessId, pid_namespace, sweep_shared_memory
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.framework.inference.shm import CLIENT_REGION_PATTERN
-from sonic_hep.framework.inference.shm_janitor import abandoned
+from sonic_hep.framework.inference.serving.shm_janitor import abandoned
 from tests.inference.conftest import sonic_client
 from tests.polling import read_line, wait_for
 from tests.reliability.relay import Relay
@@ -44,8 +44,8 @@ CLIENT = textwrap.dedent("""
     import sys
     import numpy as np
     from sonic_hep.framework.inference.server_spec import ServerSpec
-    from sonic_hep.framework.inference.servers import ServerPool
-    from sonic_hep.framework.inference.sonic import SonicClient
+    from sonic_hep.framework.inference.sonic.servers import ServerPool
+    from sonic_hep.framework.inference.sonic.client import SonicClient
 
     client = SonicClient(ServerPool([ServerSpec.parse(sys.argv[1])], fallback=False, shared_memory="on"))
     futures = [client.infer("demo_sum", {"x": np.ones((rows, 4), np.float32)}) for rows in (4096, 16384, 65536)]
@@ -86,7 +86,7 @@ def janitor_lines(caplog: pytest.LogCaptureFixture, pid: int) -> list[str]:
 def test_a_server_frees_the_regions_of_clients_killed_with_sigkill(server, caplog):
     """Three jobs killed with SIGKILL, each holding regions: every time the server's registered regions and its
     mapped client memory come back to where they were; a living client's regions are never freed."""
-    caplog.set_level(logging.INFO, logger="sonic_hep.framework.inference.shm_janitor")
+    caplog.set_level(logging.INFO, logger="sonic_hep.framework.inference.serving.shm_janitor")
     regions, maps = registered(server), mapped(server)
     for kill in range(3):
         job = subprocess.Popen([sys.executable, "-c", CLIENT, server.grpc_url], cwd=PROJECT, stdin=subprocess.PIPE,
@@ -119,7 +119,7 @@ def test_a_server_frees_the_regions_of_clients_killed_with_sigkill(server, caplo
 
 @pytest.mark.triton
 def test_a_clean_client_unregisters_its_own_regions_at_close(server, caplog):
-    caplog.set_level(logging.INFO, logger="sonic_hep.framework.inference.shm_janitor")
+    caplog.set_level(logging.INFO, logger="sonic_hep.framework.inference.serving.shm_janitor")
     before = registered(server)
     client = sonic_client([server.grpc_url], shared_memory="on")
     try:

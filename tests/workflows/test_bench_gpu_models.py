@@ -9,7 +9,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.runtime_repository import runtime_config
+from sonic_hep.framework.inference.serving.runtime_repository import runtime_config
 from sonic_hep.framework.inference.service import resolve_repository
 from sonic_hep.workflows.bench.gpu_models import from_recorded, write_served_repository
 

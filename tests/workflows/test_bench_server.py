@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.inference.repository import parse_config
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference.serving.server import TritonServer
 from sonic_hep.workflows.bench import server as bench
 from sonic_hep.workflows.bench._grpc_bodies import body, frame, infer_request, unframe
 

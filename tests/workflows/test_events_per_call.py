@@ -307,7 +307,7 @@ def expected_counters(inputs: Path, events_per_call: int, chunk_size: int, max_b
 
 @pytest.mark.triton
 def test_sonic_requests_are_what_the_batches_carry(miniaod_file, tmp_path):
-    from sonic_hep.framework.inference.server import TritonServer
+    from sonic_hep.framework.inference.serving.server import TritonServer
 
     repository = small_batch_repository(tmp_path / "models")
     expected = expected_counters(miniaod_file, SONIC_EVENTS_PER_CALL, 100, SMALL_MAX_BATCH)

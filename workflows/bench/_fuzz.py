@@ -19,7 +19,7 @@ About cancellation: Triton 2.51's gRPC frontend can SIGSEGV when a client cancel
 (a gRPC deadline is such a cancellation; upstream issues 7368/8034, fixed after 2.51). Nothing on the
 server side here prevents it, so the ``cancelled`` case (a gRPC deadline of a few milliseconds) is
 not in :data:`DEFAULT_CASES`; ``timed_out`` is what sonic-hep's client does instead (it stops waiting
-after its deadline and lets the call finish, see ``framework/inference/connection.py``).
+after its deadline and lets the call finish, see ``framework/inference/sonic/connection.py``).
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class CoreSplit:
     """
 
     def __init__(self, server_cpus: str | None, clients: str = "rest"):
-        from ...framework.inference.server import parse_cpus
+        from ...framework.inference.serving import parse_cpus
 
         if clients not in ("rest", "all"):
             raise SystemExit(f"--client-cpus must be rest or all, not {clients!r}")

@@ -22,10 +22,10 @@ import numpy as np
 
 from ...framework import config as cfgmod
 from ...framework.atomic import write_atomically
-from ...framework.inference.client import InferenceClient, InputArray
-from ...framework.inference.fake import use_client
-from ...framework.inference.repository import ModelInfo
-from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
+from ...framework.inference import InferenceClient, InputArray
+from ...framework.inference import use_client
+from ...framework.inference import ModelInfo
+from ...framework.inference import InferenceConfig, make_client, resolve_repository
 from ...framework.process import Process
 
 #: separates model and input names in the .npz keys

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.inference.client import Counters, InferenceClient, check_inputs
-from ...framework.inference.repository import ModelInfo, ModelRepository
+from ...framework.inference import Counters, InferenceClient, check_inputs
+from ...framework.inference import ModelInfo, ModelRepository
 
 
 def load_model_file(path: str | Path) -> ModuleType:

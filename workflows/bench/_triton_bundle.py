@@ -4,7 +4,7 @@ The ``nvidia-pytriton`` wheel with its libraries is ~145 MB; the bundle holds on
 xz-compressed to ~27 MB: ``tritonserver``, its bundled libraries (without the unneeded ``libpython3.13``),
 the python backend and the stub of one Python version. :func:`unpack` lays it out as the wheel does
 (``<site>/pytriton/tritonserver``, ``<site>/nvidia_pytriton.libs``) with an empty ``pytriton/__init__.py``, so that
-``framework.inference.triton_install.find_install`` finds it once ``<site>`` is on ``PYTHONPATH``.
+``framework.inference.serving.triton_install.find_install`` finds it once ``<site>`` is on ``PYTHONPATH``.
 
 ::
 

@@ -40,7 +40,7 @@ import uproot
 
 from ...framework import Process
 from ...framework import config as cfgmod
-from ...framework.inference.server_statistics import compute_ns
+from ...framework.inference.sonic import compute_ns
 from ...modules.exatrkx.matching import MatchCounts
 from ...modules.exatrkx.performance import summed_counts
 from ._load import process_tree_cpu
@@ -193,8 +193,8 @@ def start_local(backend: str | None, cores: CoreSplit, args: argparse.Namespace)
     """The bench's local server on ``backend`` (None: the default), or why the native one cannot start (a
     machine without a C++ compiler still measures the rest)."""
     from ...framework.errors import InferenceError
-    from ...framework.inference.server import TritonServer
-    from ...framework.inference.service import resolve_repository
+    from ...framework.inference.serving import TritonServer
+    from ...framework.inference import resolve_repository
 
     options = {"backend": backend} if backend else {}
     try:

@@ -121,7 +121,7 @@ def build(module: Any, device: str, settings: dict[str, Any]) -> tuple[Any, Any]
     in-process the default is a page-locked buffer of its own)."""
     import torch
 
-    from ...framework.inference.repository import ModelRepository
+    from ...framework.inference import ModelRepository
 
     dev = torch.device(device)
     config = ModelRepository([REPOSITORY]).get(MODEL).config_dict
@@ -297,7 +297,7 @@ def direct_worker(spec: dict[str, Any]) -> None:
 
 
 def client_worker(spec: dict[str, Any]) -> None:
-    from ...framework.inference.service import InferenceConfig, make_client
+    from ...framework.inference import InferenceConfig, make_client
     from .protodune import run_event
 
     client = make_client(InferenceConfig(mode="sonic", repository=[spec["repository"]], servers=[spec["url"]],
@@ -314,8 +314,8 @@ def server_repository(workdir: Path, instances: int, max_batch: int, parameters:
     ``parameters`` set in its config."""
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from ...framework.inference.repository import ModelRepository
-    from ...framework.inference.runtime_repository import write_entry
+    from ...framework.inference import ModelRepository
+    from ...framework.inference.serving import write_entry
 
     info = ModelRepository([REPOSITORY]).get(MODEL)
     root = workdir / f"repository_{instances}_{max_batch}_{'_'.join(parameters.values())}"
@@ -352,7 +352,7 @@ def measure_server(label: str, settings: dict[str, Any], args: argparse.Namespac
     scores of the first event) also the max |Δ| of the served scores of that event."""
     import tritonclient.grpc as grpcclient
 
-    from ...framework.inference.server import TritonServer
+    from ...framework.inference.serving import TritonServer
 
     gpu = args.device.startswith("cuda")
     parameters = {k: str(settings[k]) for k in (*NETWORK_KEYS, "staging") if k in settings}
@@ -684,7 +684,7 @@ def run(args: argparse.Namespace) -> int:
 def served_score_difference(url: str, repo: Path, patches: np.ndarray, batch_size: int,
                             reference: tuple[np.ndarray, np.ndarray]) -> float:
     """Max |Δ| of one event's served scores against onnxruntime's, through the SONIC client."""
-    from ...framework.inference.service import InferenceConfig, make_client
+    from ...framework.inference import InferenceConfig, make_client
     from ...modules.protodune.emtrkmichelid import scores
     from .protodune import run_event
 

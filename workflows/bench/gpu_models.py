@@ -61,10 +61,10 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ...framework.futures import gather
-from ...framework.inference.repository import ModelInfo, ModelRepository
-from ...framework.inference.runtime_repository import write_entry
-from ...framework.inference.server import TritonServer
-from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
+from ...framework.inference import ModelInfo, ModelRepository
+from ...framework.inference.serving import write_entry
+from ...framework.inference.serving import TritonServer
+from ...framework.inference import InferenceConfig, make_client, resolve_repository
 from ._report import BenchReport, header
 from ...framework.paths import shared_folder
 

@@ -39,11 +39,11 @@ import numpy as np
 from ...data.demo.models import write_mlp
 from ...framework import Process
 from ...framework import config as cfgmod
-from ...framework.inference.server_spec import ServerSpec
-from ...framework.inference.direct import DirectClient
-from ...framework.inference.repository import ModelRepository
-from ...framework.inference.server import TritonServer
-from ...framework.inference.servers import ServerPool
+from ...framework.inference import ServerSpec
+from ...framework.inference import DirectClient
+from ...framework.inference import ModelRepository
+from ...framework.inference.serving import TritonServer
+from ...framework.inference.sonic import ServerPool
 from ...framework.inference.sonic import SonicClient
 from ._load import closed_loop, in_flight
 from ._machine import CoreSplit

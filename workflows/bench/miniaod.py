@@ -51,8 +51,8 @@ from typing import Any
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...framework.errors import SonicError
-from ...framework.inference.server import TritonServer
-from ...framework.inference.service import resolve_repository
+from ...framework.inference.serving import TritonServer
+from ...framework.inference import resolve_repository
 from ..compare import compare_files
 from ._machine import CoreSplit, describe_load, load_average
 from ._report import BenchReport, header

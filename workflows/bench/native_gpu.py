@@ -32,9 +32,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from sonic_hep.framework.inference.backends.native import build
 from sonic_hep.framework.inference.backends.onnxruntime.ort_session import open_session
-from sonic_hep.framework.inference.repository import ModelRepository
-from sonic_hep.framework.inference.runtime_repository import write_entry
-from sonic_hep.framework.inference.server import TritonServer
+from sonic_hep.framework.inference import ModelRepository
+from sonic_hep.framework.inference.serving import write_entry
+from sonic_hep.framework.inference.serving import TritonServer
 from sonic_hep.workflows.bench._fuzz import ModelSpec, infer_arrays, valid_inputs
 from sonic_hep.workflows.bench._report import BenchReport
 from sonic_hep.framework.paths import PROJECT_ROOT

@@ -47,10 +47,10 @@ import numpy as np
 from ...framework import Process
 from ...framework import config as cfgmod
 from ...framework.futures import gather
-from ...framework.inference.client import InferenceClient
-from ...framework.inference.repository import ModelRepository
-from ...framework.inference.server_statistics import compute_ns
-from ...framework.inference.service import InferenceConfig, make_client, resolve_repository
+from ...framework.inference import InferenceClient
+from ...framework.inference import ModelRepository
+from ...framework.inference.sonic import compute_ns
+from ...framework.inference import InferenceConfig, make_client, resolve_repository
 from ...framework.event import Event, EventView
 from ...modules.protodune.emtrkmichelid import SCORES, requests, scores
 from ._report import BenchReport, header

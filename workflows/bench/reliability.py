@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ...data.demo.models import REPOSITORY as DEMO_REPOSITORY
-from ...framework.inference.server import TritonServer
+from ...framework.inference.serving import TritonServer
 from ..compare import compare_files
 from ._report import BenchReport, header
 from ...framework.paths import PROJECT_ROOT

@@ -161,7 +161,7 @@ def job_main(spec_path: str) -> int:
 def model_instances(repository: str) -> int:
     """Executions a server runs side by side: the instance count of a one-model repository (the GPU's two
     ProtoDUNE instances); 1 for several models (on a CPU server they share the same cores)."""
-    from ...framework.inference.repository import ModelRepository
+    from ...framework.inference import ModelRepository
 
     repo = ModelRepository([repository])
     names = list(repo.names())
@@ -256,8 +256,8 @@ class CpuSampler:
 
 def server_statistics(urls: list[str]) -> list[dict[str, dict[str, float]]]:
     """Each server's cumulative Triton counters per model."""
-    from ...framework.inference.connection import ServerConnection
-    from ...framework.inference.server_spec import ServerSpec
+    from ...framework.inference.sonic import ServerConnection
+    from ...framework.inference import ServerSpec
 
     out = []
     for url in urls:
@@ -271,7 +271,7 @@ def server_statistics(urls: list[str]) -> list[dict[str, dict[str, float]]]:
 
 def server_deltas(before: list[dict], after: list[dict]) -> list[dict[str, float]]:
     """Per server: requests, executions, queue and compute seconds during the point (all models)."""
-    from ...framework.inference.server_statistics import compute_ns
+    from ...framework.inference.sonic import compute_ns
 
     out = []
     for old, new in zip(before, after):
@@ -653,7 +653,7 @@ def _input(args: argparse.Namespace, out: Path) -> str | None:
 def choose_other_ms(args: argparse.Namespace, repository: str, path: str | None, work: Path) -> dict[str, Any]:
     """Sets ``args.other_ms`` so that the planner's knee falls at ``args.knee_at`` jobs per server, from a
     pilot of N=1 and N=16 on one server with the given ``--other-ms``; returns the pilot."""
-    from ...framework.inference.server import TritonServer
+    from ...framework.inference.serving import TritonServer
 
     server = TritonServer([repository], device=args.device, ort_threads=args.server_threads)
     try:
@@ -672,8 +672,8 @@ def choose_other_ms(args: argparse.Namespace, repository: str, path: str | None,
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...framework.inference.server import TritonServer
-    from ...framework.inference.service import resolve_repository
+    from ...framework.inference.serving import TritonServer
+    from ...framework.inference import resolve_repository
 
     bench = BenchReport.start("scale", args.out)
     out = bench.out

@@ -47,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.inference.repository import ModelInfo, ModelRepository
-from ...framework.inference.runtime_repository import write_entry
-from ...framework.inference.server import TritonServer
-from ...framework.inference.service import resolve_repository
+from ...framework.inference import ModelInfo, ModelRepository
+from ...framework.inference.serving import write_entry
+from ...framework.inference.serving import TritonServer
+from ...framework.inference import resolve_repository
 from ._grpc_bodies import GRPC_HEADERS, INFER_PATH, body, unframe
 from ._load import process_tree_cpu
 from ._machine import CoreSplit

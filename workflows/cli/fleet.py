@@ -26,7 +26,7 @@ import os
 import sys
 from dataclasses import asdict, replace
 
-from ...framework.inference.server_options import TLS_FILES
+from ...framework.inference.serving import TLS_FILES
 from ..grid import executors
 from ..grid.fleet import Fleet, FleetSpec, executor_options, start_manager
 from ..grid.fleet_autoscale import Rule

@@ -33,7 +33,7 @@ import json
 import sys
 from typing import Any
 
-from ...framework.inference.service import resolve_repository
+from ...framework.inference import resolve_repository
 from ..grid.errors import GridError
 from ..grid.plan import Measurement, Plan, bytes_from_repository, measure, plan, report
 

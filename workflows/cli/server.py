@@ -39,18 +39,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...framework.errors import SonicError
-from ...framework.inference.fleet_directory import HEARTBEAT_S
-from ...framework.inference.server_options import ServerOptions
+from ...framework.inference.serving import HEARTBEAT_S
+from ...framework.inference.serving import ServerOptions
 from .server_flags import add_server_flags, options_from
 from .server_registry import Registration, read_records, running_records, stale_line, state_dir, supervisor_of
 
 if TYPE_CHECKING:
-    from ...framework.inference.server import TritonServer
+    from ...framework.inference.serving import TritonServer
 
 
 # -- start ------------------------------------------------------------------------------------------------
 def repositories_of(args: argparse.Namespace) -> list[str]:
-    from ...framework.inference.service import resolve_repository
+    from ...framework.inference import resolve_repository
 
     paths = list(args.repository or [])
     if args.config:
@@ -76,7 +76,7 @@ def _inference_settings(config: str) -> dict:
 
 @functools.cache
 def _fallback_settings(config: str) -> dict:
-    from ...framework.inference.service import InferenceConfig
+    from ...framework.inference import InferenceConfig
 
     raw = _inference_settings(config)
     return dict(InferenceConfig.from_dict(raw).fallback_server) if raw.get("fallback_server") else {}
@@ -94,7 +94,7 @@ def _not_served(skipped: dict[str, str]) -> list[str]:
 
 
 def start(args: argparse.Namespace) -> int:
-    from ...framework.inference.server import TritonServer
+    from ...framework.inference.serving import TritonServer
 
     server = TritonServer(repositories_of(args), server_options(args))
     stop_requested: list[int] = []
@@ -199,7 +199,7 @@ def stop(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     import tritonclient.grpc as grpcclient
 
-    from ...framework.inference.tls_probe import certificate_problem, server_tls
+    from ...framework.inference import certificate_problem, server_tls
 
     if not args.address:
         for record in read_records()[1]:
@@ -272,8 +272,8 @@ def _config_backends(address: str, tls: bool, args: argparse.Namespace, index: l
 
 # -- add-model --------------------------------------------------------------------------------------------
 def add_model(args: argparse.Namespace) -> int:
-    from ...framework.inference.onnx_specs import onnx_specs
-    from ...framework.inference.repository import write_model
+    from ...framework.inference import onnx_specs
+    from ...framework.inference import write_model
 
     inputs, outputs = onnx_specs(args.onnx, batched=args.max_batch_size > 0)
     labels = None
@@ -295,8 +295,8 @@ def checksum(args: argparse.Namespace) -> int:
     """Declares the MD5 of each model's files in its config.pbtxt (a checksum block, as CMS writes them), so
     that any server of the repository can prove which model it serves; declared sums are verified, never
     replaced."""
-    from ...framework.inference.model_digest import add_checksums
-    from ...framework.inference.repository import ModelRepository
+    from ...framework.inference import add_checksums
+    from ...framework.inference import ModelRepository
 
     repository = ModelRepository(args.repository)
     names = args.model or repository.names()

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from ...framework.errors import SonicError
-from ...framework.inference.server_options import FLAGS, HELP, METAVAR, ServerOptions, option_fields
+from ...framework.inference.serving import FLAGS, HELP, METAVAR, ServerOptions, option_fields
 from ...framework.settings import LIMITS, Problem
 
 T = TypeVar("T", bound=ServerOptions)

@@ -8,12 +8,12 @@ One record per server, ``$SONIC_HEP_STATE/<host>_<port>.json`` (default ``~/.cac
      "entry": {"name": "127.0.0.1_40123", "address": "127.0.0.1:40123", "host": "node7", "pid": 4240,
                "start": 81234567, "heartbeat": 1764170042.5, "ttl_s": 20.0, ...}}
 
-* ``entry`` is a fleet directory entry (:mod:`~sonic_hep.framework.inference.fleet_directory`), checked by
+* ``entry`` is a fleet directory entry (:mod:`~sonic_hep.framework.inference.serving.fleet_directory`), checked by
   its parser and judged by its one liveness rule (:meth:`Entry.expired`: a heartbeat within ``ttl_s`` and,
   on its own host, the ``sonic server start`` process still running with the same kernel start time).
   The top level keeps the server's own description (its tritonserver ``pid``, models, backends, log).
 * **Written whole** through :mod:`~sonic_hep.framework.atomic` and rewritten every
-  :data:`~sonic_hep.framework.inference.fleet_directory.HEARTBEAT_S` by the supervising process; removed
+  :data:`~sonic_hep.framework.inference.serving.fleet_directory.HEARTBEAT_S` by the supervising process; removed
   when the server stops.
 * Records written on another host (a home folder shared between nodes) are not this machine's: they are
   neither listed, judged by this machine's processes, nor removed here.
@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...framework.atomic import write_atomically
-from ...framework.inference.fleet_directory import EntryProblem, Entry, entry_from
-from ...framework.inference.owner import ProcessId
+from ...framework.inference.serving import EntryProblem, Entry, entry_from
+from ...framework.inference import ProcessId
 
 if TYPE_CHECKING:
-    from ...framework.inference.server import TritonServer
+    from ...framework.inference.serving import TritonServer
 
 
 def state_dir() -> Path:

@@ -40,10 +40,10 @@ from typing import Any
 
 import yaml
 
-from ...framework.inference.fleet_directory import (FLEET_FILE, HEARTBEAT_S, TTL_S, BadEntry, Entry, deregister,
+from ...framework.inference.serving import (FLEET_FILE, HEARTBEAT_S, TTL_S, BadEntry, Entry, deregister,
                                                    read_entries, scan)
-from ...framework.inference.owner import ProcessId
-from ...framework.inference.server_options import ServerOptions, tls_problem, with_default
+from ...framework.inference import ProcessId
+from ...framework.inference.serving import ServerOptions, tls_problem, with_default
 from .batch_text import plain
 from .errors import GridError
 from .executors import executor_class

@@ -23,8 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from ...framework.inference.connection import ServerConnection
-from ...framework.inference.triton_errors import RequestError
+from ...framework.inference.sonic import ServerConnection
+from ...framework.inference import RequestError
 from .errors import GridError
 from .fleet import DECISIONS, STOP_FILE, TASKS_FILE, Fleet
 from .fleet_autoscale import Autoscaler, Decision, Rule, Sample

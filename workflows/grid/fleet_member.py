@@ -1,7 +1,7 @@
 """One server job of a fleet: what ``python -m sonic_hep.workflows.grid.job FLEET INDEX`` runs for a fleet.
 
 1. reports ``running`` (host, pid, batch id) in ``jobs/NNNN/state.json`` and sends its output to ``job.log``;
-2. starts a Triton server on this node (:class:`~sonic_hep.framework.inference.server.TritonServer`: free
+2. starts a Triton server on this node (:class:`~sonic_hep.framework.inference.serving.server.TritonServer`: free
    ports chosen on the node, the fleet's binding and TLS, CPU or GPU, a node-local work folder);
 3. once every model is ready, registers the server in ``servers/NNNN.json`` (address, models, health) and
    rewrites that entry every ``heartbeat_s`` while the server is live and ready (:class:`Heartbeat`: a write
@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...framework.errors import InferenceError, SonicError
-from ...framework.inference.fleet_directory import Entry, deregister, register
-from ...framework.inference.server import TritonServer, host_port
+from ...framework.inference.serving import Entry, deregister, register
+from ...framework.inference.serving import TritonServer, host_port
 from .fleet import STOP_FILE, Fleet
 from .job import redirect_output, batch_id_from_environment
 from .records import JobReport, Submission

@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ...framework.errors import SonicError, SourceError
-from ...framework.inference.fleet_directory import FLEET_FILE
+from ...framework.inference.serving import FLEET_FILE
 from ...framework.source import open_tree
 from .errors import GridError, UnwritableRecord
 from .integrity import Seal, spec_mismatch

@@ -63,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from ...framework.inference.server_statistics import compute_ns
+from ...framework.inference.sonic import compute_ns
 from .errors import GridError
 
 BYTE_KEYS = (("bytes_sent", "bytes_received"), ("input_bytes", "output_bytes"), ("bytes_in", "bytes_out"))
@@ -147,7 +147,7 @@ def row_bytes(model: Any) -> int | None:
 
 def bytes_from_repository(rows_per_event: dict[str, float], repositories: list[str]) -> tuple[float | None, list[str]]:
     """Bytes per event from the measured rows per event and each model's tensor shapes."""
-    from ...framework.inference.repository import ModelRepository
+    from ...framework.inference import ModelRepository
 
     repository = ModelRepository(repositories)
     total, notes = 0.0, []

@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
+from ...serving.library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ positions as Triton's libtorch backend maps them (``torchscript.py``).
 ``KIND_GPU`` instances run on their CUDA device when this torch has CUDA, otherwise (and for
 ``KIND_CPU``) on the CPU. ``SONIC_ORT_THREADS`` (the server's threads per model instance) sets torch's
 intra-op threads. The server reports a model of this platform as not served, with the reason, when
-torch cannot be imported in its python (``framework/inference/servable.py``).
+torch cannot be imported in its python (``framework/inference/serving/servable.py``).
 """
 
 from __future__ import annotations

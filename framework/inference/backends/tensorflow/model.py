@@ -3,7 +3,7 @@
 The pip-installed Triton has no TensorFlow backend library. When tensorflow imports in the server's
 python, ``<backend-directory>/tensorflow/model.py`` (this file) serves such models with their own
 config, batching and per-request errors coming from ``common/batched_model.py``; otherwise the server
-leaves them out and names them with the reason (``framework/inference/servable.py``). Names follow
+leaves them out and names them with the reason (``framework/inference/serving/servable.py``). Names follow
 Triton's TensorFlow backend: a SavedModel's config names are the keys of its serving signature
 (``serving_default`` unless the config's ``parameters { key: "TF_SIGNATURE_DEF" ... }`` names another);
 a GraphDef's config names are tensor names in the graph (``x`` or ``x:0``).

@@ -36,8 +36,8 @@ import grpc
 from tritonclient.grpc import service_pb2_grpc
 
 from ..calls import ORPHAN_LIMIT, Call
-from ..keepalive import Keepalive
-from ..server_spec import ServerSpec
+from ...keepalive import Keepalive
+from ...server_spec import ServerSpec
 
 #: gRPC deadline of a call (at least; 10 × timeout_s if longer): only a server silent this long is cancelled
 ORPHAN_DEADLINE_S = 600.0

@@ -2,7 +2,7 @@
 
 ::
 
-    from sonic_hep.framework.inference.server import TritonServer
+    from sonic_hep.framework.inference.serving.server import TritonServer
 
     with TritonServer(["data/models/demo"]) as server:      # free ports, loopback, waits until ready
         print(server.grpc_url)                               # "127.0.0.1:40123"
@@ -55,16 +55,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import InferenceError
-from . import keepalive, runtime_repository
-from .owner import ProcessId, sweep_shared_memory
+from ...errors import InferenceError
+from .. import keepalive
+from . import runtime_repository
+from ..owner import ProcessId, sweep_shared_memory
 from .servable import ENGINES, one_line, unservable
 from .server_options import ServerOptions, parse_cpus  # noqa: F401 - parse_cpus: where the benchmarks find it
 from .shm_janitor import ShmJanitor
 from .private_memory import make_private, preload_library
-from .repository import ModelInfo, ModelRepository
+from ..repository import ModelInfo, ModelRepository
 from .sockets import bind_problem, is_loopback, listening
-from .tls_probe import own_certificate
+from ..tls_probe import own_certificate
 from .spawner import spawn
 from .triton_install import backend_directory, find_install, python_runtime, server_environment
 
@@ -340,7 +341,7 @@ class TritonServer:
         onnx = [info for info in served if serves_with_onnxruntime(info)]
         if self.backend == "python" or not onnx:
             return None
-        from .backends.native.build import NativeUnavailable, native_library, unsupported
+        from ..backends.native.build import NativeUnavailable, native_library, unsupported
 
         try:
             for info in onnx:

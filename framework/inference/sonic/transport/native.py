@@ -37,9 +37,9 @@ from pathlib import Path
 from tritonclient.grpc import service_pb2 as pb
 
 from ..calls import Call
-from ..keepalive import Keepalive
-from ..library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
-from ..triton_errors import RequestError, action_for
+from ...keepalive import Keepalive
+from ...serving.library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
+from ...triton_errors import RequestError, action_for
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def transport_library() -> Path:
 
 
 def _build(key: str) -> Path:
-    from ..backends.native.build import NativeUnavailable, compiler
+    from ...backends.native.build import NativeUnavailable, compiler
 
     try:
         cxx = compiler()

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..atomic import write_atomically
+from ...atomic import write_atomically
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .backends.common import model_file
-from .repository import DEFAULT_MODEL_FILES, ModelInfo, backend_of
+from ..backends.common import model_file
+from ..repository import DEFAULT_MODEL_FILES, ModelInfo, backend_of
+from .triton_install import BACKENDS
 
 #: backends the pip Triton runs without a backend folder of ours
 BUILTIN = frozenset({"python", "ensemble"})
@@ -39,7 +40,6 @@ BUILTIN = frozenset({"python", "ensemble"})
 #: a dependency of sonic-hep, is not probed: every server start would pay for the import)
 ENGINES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tensorflow", "onnxtorch": "torch"}
 #: where our python-based backends live (a folder per backend name, holding ``model.py``)
-BACKENDS = Path(__file__).resolve().parent / "backends"
 
 
 def backend_names(extra: Iterable[str] = ()) -> set[str]:

@@ -43,15 +43,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InferenceError, did_you_mean
+from ...errors import InferenceError, did_you_mean
 from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection
-from .keepalive import dead_by_keepalive
-from .model_digest import digest, file_digests, mismatch, model_digest
-from .repository import ModelInfo, ModelRepository, config_checksums
-from .server_options import fallback_server
-from .server_spec import ServerSpec
-from .triton_errors import NoServerError, RequestError
+from ..keepalive import dead_by_keepalive
+from ..model_digest import digest, file_digests, mismatch, model_digest
+from ..repository import ModelInfo, ModelRepository, config_checksums
+from ..serving.server_options import fallback_server
+from ..server_spec import ServerSpec
+from ..triton_errors import NoServerError, RequestError
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class ServerPool:
             if self.repository is None:
                 raise NoServerError("no local fallback server: the job has no model repository "
                                     "(services.inference.repository)")
-            from .server import TritonServer
+            from ..serving.server import TritonServer
 
             log.info("starting a local fallback Triton server on %s", [str(p) for p in self.repository.paths])
             try:

@@ -30,9 +30,9 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ..errors import InferenceError
-from .model_digest import file_digests
-from .repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
+from ...errors import InferenceError
+from ..model_digest import file_digests
+from ..repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
 
 
 #: CPU instances of one model per core the server may use, at most. Each python-based instance is a process

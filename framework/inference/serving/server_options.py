@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, InferenceError
-from ..settings import LIMITS, Problem, build, check_limits, limits
+from ...errors import ConfigError, InferenceError
+from ...settings import LIMITS, Problem, build, check_limits, limits
 from .shm_janitor import INTERVAL_S as SHM_JANITOR_S
 
 #: what serves ``onnxruntime_onnx`` models

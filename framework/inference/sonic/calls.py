@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
-from .triton_errors import ACTIONS, RequestError
+from ..triton_errors import ACTIONS, RequestError
 
 log = logging.getLogger(__name__)
 

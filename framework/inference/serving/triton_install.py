@@ -30,11 +30,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InferenceError
-from ..extras import require
+from ...errors import InferenceError
+from ...extras import require
+from .. import backends
 
 #: our python-based backends (folder name = backend name Triton maps a platform to)
-BACKENDS = Path(__file__).resolve().parent / "backends"
+BACKENDS = Path(backends.__file__).resolve().parent  # the code that runs inside a server
 #: the backend name Triton maps ``platform: "onnxruntime_onnx"`` to (python-based or native)
 NATIVE_BACKEND = "onnxruntime"
 

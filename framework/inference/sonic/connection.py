@@ -31,16 +31,16 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .calls import ORPHAN_LIMIT, Call, CallLedger
-from .keepalive import Keepalive
-from .repository import ModelInfo, TensorSpec, parse_specs
-from .server_spec import ServerSpec
-from .shm import SharedMemoryPool, aligned
-from .tls_probe import certificate_problem, hint, server_tls
+from ..keepalive import Keepalive
+from ..repository import ModelInfo, TensorSpec, parse_specs
+from ..server_spec import ServerSpec
+from ..shm import SharedMemoryPool, aligned
+from ..tls_probe import certificate_problem, hint, server_tls
 from .transport import Transport, native
 from .transport.grpcio import GrpcioTransport, channel_options
-from .triton_errors import RequestError, convert
+from ..triton_errors import RequestError, convert
 
 log = logging.getLogger(__name__)
 

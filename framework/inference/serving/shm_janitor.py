@@ -39,8 +39,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .owner import pid_namespace, tag_alive
-from .shm import CLIENT_REGION_PATTERN
+from ..owner import pid_namespace, tag_alive
+from ..shm import CLIENT_REGION_PATTERN
 
 log = logging.getLogger(__name__)
 

@@ -47,18 +47,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from ..futures import gather, then
-from .client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
+from ...errors import ConfigError
+from ...futures import gather, then
+from ..client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
 from .breaker import BreakerSettings
 from .connection import ServerConnection, fixed_size
-from .keepalive import Keepalive
-from .repository import ModelInfo, ModelRepository
-from .server_spec import ServerSpec
+from ..keepalive import Keepalive
+from ..repository import ModelInfo, ModelRepository
+from ..server_spec import ServerSpec
 from .server_statistics import compute_ns, not_one_server
 from .servers import ServerPool
-from .triton_errors import NoServerError, RequestError
+from ..triton_errors import NoServerError, RequestError
 
 log = logging.getLogger(__name__)
 

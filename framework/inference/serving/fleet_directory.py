@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import PendingText, remove_stale_temporaries
-from .owner import ProcessId
-from .server_spec import ServerSpec
+from ...atomic import PendingText, remove_stale_temporaries
+from ..owner import ProcessId
+from ..server_spec import ServerSpec
 
 log = logging.getLogger(__name__)
 
