@@ -25,10 +25,10 @@ import pytest
 
 from sonic_hep.data.demo.models import REPOSITORY as DEMO_REPOSITORY
 from sonic_hep.framework.errors import InferenceError
-from sonic_hep.framework.inference.serving import server as server_module
 from sonic_hep.framework.inference.owner import ProcessId, sweep_shared_memory
 from sonic_hep.framework.inference.serving.private_memory import preload_library
-from sonic_hep.framework.inference.serving.server import OWNER_FILE, STUB_SHM_PATTERN, TritonServer, sweep_stale_workdirs
+from sonic_hep.framework.inference.serving.server import STUB_SHM_PATTERN, TritonServer
+from sonic_hep.framework.inference.serving.workdir import KEEP_ENV, OWNER_FILE, sweep_stale_workdirs
 from sonic_hep.framework.inference.shm import CLIENT_SHM_PATTERN, SharedMemoryPool
 from sonic_hep.framework.inference.serving.sockets import listening_table
 from tests.polling import processes_mentioning, read_line, wait_for
@@ -167,7 +167,7 @@ def test_work_folders_removed_on_a_clean_stop_kept_on_failure_or_request(tmp_pat
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    monkeypatch.delenv(server_module.KEEP_ENV, raising=False)
+    monkeypatch.delenv(KEEP_ENV, raising=False)
 
     clean = TritonServer([DEMO_REPOSITORY], models=["demo_sum"]).start()
     assert clean.workdir.parent == temp

@@ -29,7 +29,6 @@ shown. Results go to ``--out``: ``exatrkx.md`` and ``exatrkx.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 from pathlib import Path

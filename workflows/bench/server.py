@@ -169,8 +169,8 @@ def run_h2load(url: str, body_file: Path, requests: int, clients: int, streams: 
     (µs) and its own CPU time."""
     cmd = [h2load_program(), "-n", str(requests), "-c", str(clients), "-m", str(streams), "-t", "1",
            f"--data={body_file}", f"--log-file={log_file}"]
-    for header in GRPC_HEADERS:
-        cmd += ["-H", header]
+    for grpc_header in GRPC_HEADERS:
+        cmd += ["-H", grpc_header]
     cmd.append(f"http://{url}{INFER_PATH}")
     log_file.unlink(missing_ok=True)  # h2load appends to an existing log
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

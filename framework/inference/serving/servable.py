@@ -25,21 +25,24 @@ Example::
 from __future__ import annotations
 
 import functools
+import logging
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ...errors import InferenceError
 from ..backends.common import model_file
 from ..repository import DEFAULT_MODEL_FILES, ModelInfo, backend_of
-from .triton_install import BACKENDS
+from .triton_install import BACKENDS, PythonRuntime
 
 #: backends the pip Triton runs without a backend folder of ours
 BUILTIN = frozenset({"python", "ensemble"})
+log = logging.getLogger(__name__)
+
 #: our python-based backends → the module their ``model.py`` needs in the server's python (onnxruntime,
 #: a dependency of sonic-hep, is not probed: every server start would pay for the import)
 ENGINES: dict[str, str] = {"pytorch": "torch", "tensorflow": "tensorflow", "onnxtorch": "torch"}
-#: where our python-based backends live (a folder per backend name, holding ``model.py``)
 
 
 def backend_names(extra: Iterable[str] = ()) -> set[str]:
@@ -122,3 +125,45 @@ def unservable(infos: Iterable[ModelInfo], python: str, extra_backends: Iterable
 def one_line(skipped: Mapping[str, str]) -> str:
     """The skipped models and reasons on one line, for ``--strict``'s error and logs."""
     return "; ".join(f"{name!r}: {why}" for name, why in skipped.items())
+
+
+def serves_with_onnxruntime(info: ModelInfo) -> bool:
+    """True when Triton maps the model to the ``onnxruntime`` backend (its platform or backend says so:
+    ``repository.backend_of``, the one classification)."""
+    return info.backend == "onnxruntime"
+
+
+def model_backend(info: ModelInfo, native: bool) -> str:
+    """What serves ``info`` on a server: "onnxruntime (native)", "onnxruntime (python-based)", "python",
+    "pytorch (python-based)", "tensorflow (python-based)", "ensemble", or the backend's name for anything else."""
+    if serves_with_onnxruntime(info):
+        return "onnxruntime (native)" if native else "onnxruntime (python-based)"
+    return f"{info.backend} (python-based)" if info.backend in ENGINES else info.backend or "?"
+
+
+def native_library_for(served: list[ModelInfo], backend: str, python: PythonRuntime) -> Path | None:
+    """The native onnxruntime backend library when a server with ``backend`` ("auto", "native", "python")
+    serving ``served`` uses it, else None.
+
+    Built only when a served model maps to the onnxruntime backend. With ``"auto"`` a library that cannot be
+    built (no compiler, no onnxruntime library), or a model it cannot serve (strings, a reshape: one backend
+    serves every ONNX model of a server), means the python-based backend, said in one line; with
+    ``"native"`` it is an error.
+    """
+    onnx = [info for info in served if serves_with_onnxruntime(info)]
+    if backend == "python" or not onnx:
+        return None
+    from ..backends.native.build import NativeUnavailable, native_library, unsupported
+
+    try:
+        for info in onnx:
+            why = unsupported(info.config)
+            if why:
+                raise NativeUnavailable(f"model {info.name!r}: {why}, which only the python-based backend serves")
+        return native_library(python)
+    except NativeUnavailable as err:
+        if backend == "native":
+            raise InferenceError(f"the native onnxruntime backend is not available: {err}") from None
+        log.warning("native onnxruntime backend unavailable (%s); ONNX models are served by the python-based "
+                    "backend", err)
+        return None

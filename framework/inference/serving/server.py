@@ -38,15 +38,11 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import itertools
-import json
 import logging
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -59,14 +55,16 @@ from ...errors import InferenceError
 from .. import keepalive
 from . import runtime_repository
 from ..owner import ProcessId, sweep_shared_memory
-from .servable import ENGINES, one_line, unservable
+from . import server_log
+from .servable import model_backend, native_library_for, one_line, unservable
 from .server_options import ServerOptions, parse_cpus  # noqa: F401 - parse_cpus: where the benchmarks find it
 from .shm_janitor import ShmJanitor
 from .private_memory import make_private, preload_library
 from ..repository import ModelInfo, ModelRepository
-from .sockets import bind_problem, is_loopback, listening
+from .sockets import bind_problem, free_port, host_port, is_loopback, listening
 from ..tls_probe import own_certificate
 from .spawner import spawn
+from .workdir import WorkFolder
 from .triton_install import backend_directory, find_install, python_runtime, server_environment
 
 log = logging.getLogger(__name__)
@@ -74,24 +72,8 @@ log = logging.getLogger(__name__)
 _LIVE: weakref.WeakSet[TritonServer] = weakref.WeakSet()
 _numbers = itertools.count()
 
-#: the work folders we create: ``<temp>/sonic-triton-*``, each with an owner record
-WORKDIR_PREFIX = "sonic-triton-"
-OWNER_FILE = "sonic-owner.json"
-KEEP_ENV = "SONIC_HEP_KEEP_WORKDIR"
 #: python-stub shared memory of our servers: ``sonic_triton_<owner tag>_<n>_...`` (see owner.py)
 STUB_SHM_PATTERN = r"sonic_triton_(?P<tag>\d+-\d+)_"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (another process may still take it before we bind)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def host_port(host: str, port: int | str) -> str:
-    """``host:port``, with brackets around an IPv6 address."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class TritonServer:
@@ -162,15 +144,8 @@ class TritonServer:
         self.janitor: ShmJanitor | None = None
         self.owner = ProcessId.current()
         self._shm_prefix = f"sonic_triton_{self.owner.tag}_{next(_numbers)}_"
-        keep = options.keep_workdir
-        self.keep_workdir = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
-        self._own_workdir = options.workdir is None
-        if options.workdir is None:
-            sweep_stale_workdirs()
-            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-            self._write_owner()
-        else:
-            self.workdir = Path(options.workdir)
+        self.folder = WorkFolder.make(options.workdir, options.keep_workdir)
+        self.workdir = self.folder.path
 
     # -- addresses -------------------------------------------------------------------------------------
     @staticmethod
@@ -244,7 +219,7 @@ class TritonServer:
             self._clean_workdir(clean_stop=True)
             raise
         self.served = [info.name for info in served]
-        native = self._native_library(served)
+        native = native_library_for(served, self.backend, self.python)
         self.model_backends = {info.name: model_backend(info, native is not None) for info in served}
         backend_dir = backend_directory(self.workdir / "backends", self.python, self.backends, native_library=native)
         for attempt in range(3):
@@ -267,7 +242,7 @@ class TritonServer:
                     log.info("a free port we chose was taken by another process before the server bound it; "
                              "retrying with new ports")
         _LIVE.add(self)
-        self._write_owner()
+        self.folder.record(self.pid)
         if self.shm_janitor_s:  # frees what clients that died left registered (and so mapped) in the server
             self.janitor = ShmJanitor(self.http_url, self.pid, self.shm_janitor_s, label=self.grpc_url).start()
         opened = make_private(self.shm_prefix)
@@ -309,17 +284,8 @@ class TritonServer:
         ``skipped`` with Triton's reason and leave the runtime repository, so that the next start serves
         the rest (the pip server stops at one model that does not load: ``--exit-on-error``). False, and
         nothing changed, with ``strict``, or when no model, or every model, failed to load."""
-        try:
-            with open(self.log_path, "rb") as stream:
-                stream.seek(log_start)
-                lines = stream.read().decode(errors="replace").splitlines()
-        except OSError:
-            return False
-        failed = {}
-        for line in lines:  # E... model_lifecycle.cc:...] "failed to load 'NAME' version N: WHY\n..."
-            found = re.search(r"""\] "failed to load '([^']+)' version \d+: (.*?)(?:\\n|"$)""", line)
-            if line.startswith("E") and found and found[1] in self.served:
-                failed[found[1]] = found[2].replace('\\"', '"')
+        failed = {name: why for name, why in server_log.load_failures(self.log_path, log_start).items()
+                  if name in self.served}
         if self.strict or not failed or len(failed) == len(self.served):
             return False
         for name, why in failed.items():
@@ -329,32 +295,6 @@ class TritonServer:
             self.model_backends.pop(name, None)
             shutil.rmtree(repo_dir / name, ignore_errors=True)
         return True
-
-    def _native_library(self, served: list[ModelInfo]) -> Path | None:
-        """The native onnxruntime backend library when this server uses it (``backend``), else None.
-
-        Built only when a served model maps to the onnxruntime backend. With ``backend="auto"`` a library
-        that cannot be built (no compiler, no onnxruntime library), or a model it cannot serve (strings, a
-        reshape: one backend serves every ONNX model of a server), means the python-based backend, said in
-        one line; with ``"native"`` it is an error.
-        """
-        onnx = [info for info in served if serves_with_onnxruntime(info)]
-        if self.backend == "python" or not onnx:
-            return None
-        from ..backends.native.build import NativeUnavailable, native_library, unsupported
-
-        try:
-            for info in onnx:
-                reason = unsupported(info.config)
-                if reason:
-                    raise NativeUnavailable(f"model {info.name!r}: {reason}, which only the python-based backend serves")
-            return native_library(self.python)
-        except NativeUnavailable as err:
-            if self.backend == "native":
-                raise InferenceError(f"the native onnxruntime backend is not available: {err}") from None
-            log.warning("native onnxruntime backend unavailable (%s); ONNX models are served by the python-based "
-                        "backend", err)
-            return None
 
     def _check_fixed_ports(self) -> None:
         for kind, port in self._fixed_ports.items():
@@ -382,6 +322,8 @@ class TritonServer:
                         f"--backend-config={backend},shm-growth-byte-size={max(size // 4, 2**20)}"]
         if self.device == "cpu":
             cmd += ["--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0"]
+        if self.options.response_compression != "none":  # answers compressed for clients that accept it
+            cmd.append(f"--grpc-infer-response-compression-level={self.options.response_compression}")
         if self.tls["cert"]:
             cmd += [f"--grpc-server-cert={os.path.abspath(self.tls['cert'])}",
                     f"--grpc-server-key={os.path.abspath(self.tls['key'])}"]
@@ -517,62 +459,20 @@ class TritonServer:
             self._log_file.close()
             self._log_file = None
 
-    # -- the work folder -------------------------------------------------------------------------------
-    def _write_owner(self, keep: str | None = None) -> None:
-        """Records who owns a work folder we made (and why it is kept), for :func:`sweep_stale_workdirs`."""
-        if not self._own_workdir:
-            return
-        server = ProcessId.of(self.pid) if self.pid else None
-        record = {"job": self.owner.to_dict(), "server": server.to_dict() if server else None, "keep": keep}
-        try:
-            (self.workdir / OWNER_FILE).write_text(json.dumps(record))
-        except OSError:
-            pass
-
+    # -- the work folder (workdir.py) -------------------------------------------------------------------
     def _keep(self, reason: str) -> None:
-        """Keeps a work folder we made, for its log; a kept folder is never swept (the user's are never
-        removed anyway)."""
-        if not self._own_workdir:
-            return
-        self._write_owner(keep=reason)
-        log.warning("kept the Triton server's work folder %s: %s", self.workdir, reason)
+        self.folder.keep_for(reason, self.pid)
 
     def _clean_workdir(self, clean_stop: bool) -> None:
-        if not clean_stop:
-            self._keep("the server did not stop cleanly")
-        elif self._own_workdir and not self.keep_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        else:  # a folder the user chose, or asked to keep: the log stays, the runtime copies go
-            for sub in ("repository", "backends"):
-                shutil.rmtree(self.workdir / sub, ignore_errors=True)
-            if self._own_workdir:
-                self._write_owner(keep="kept on request")
+        self.folder.clean(clean_stop, self.pid)
 
     # -- reports ---------------------------------------------------------------------------------------
     def log_tail(self, lines: int = 25) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log)"
-        # CPU-only start prints CUDA/NVML errors that mean nothing here
-        useful = [line for line in text if "CUDA" not in line and "NVML" not in line and "DCGM" not in line]
-        return "\n".join(useful[-lines:])
+        return server_log.log_tail(self.log_path, lines)
 
     def startup_problems(self) -> str:
-        """Why the server did not start: each model's load error (first line) and Triton's last word;
-        the end of the log when it says nothing more specific."""
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log)"
-        problems = []
-        for line in text:
-            if line.startswith("E") and "failed to load '" in line:
-                message = line.split('] "', 1)[-1].split("\\n", 1)[0].rstrip('"')
-                problems.append("  " + message)
-            elif line.startswith("error:"):
-                problems.append("  " + line)
-        return "\n".join(problems) if problems else self.log_tail()
+        """Why the server did not start (``server_log.py``)."""
+        return server_log.startup_problems(self.log_path)
 
     def describe(self) -> dict[str, Any]:
         """What ``sonic server status`` shows and stores."""
@@ -592,47 +492,6 @@ class TritonServer:
     def __repr__(self) -> str:
         where = self.grpc_url if self.ports else "not started"
         return f"TritonServer({where}, models={self.served or self.models})"
-
-
-def serves_with_onnxruntime(info: ModelInfo) -> bool:
-    """True when Triton maps the model to the ``onnxruntime`` backend (its platform or backend says so:
-    ``repository.backend_of``, the one classification)."""
-    return info.backend == "onnxruntime"
-
-
-def model_backend(info: ModelInfo, native: bool) -> str:
-    """What serves ``info`` on a server: "onnxruntime (native)", "onnxruntime (python-based)", "python",
-    "pytorch (python-based)", "tensorflow (python-based)", "ensemble", or the backend's name for anything else."""
-    if serves_with_onnxruntime(info):
-        return "onnxruntime (native)" if native else "onnxruntime (python-based)"
-    return f"{info.backend} (python-based)" if info.backend in ENGINES else info.backend or "?"
-
-
-def sweep_stale_workdirs(folder: str | os.PathLike | None = None) -> list[Path]:
-    """Removes the work folders of servers whose job and server both died (a ``kill -9`` leaves them).
-
-    Only folders of this user named ``sonic-triton-*`` with an owner record are considered; folders
-    kept on purpose (a failed start, ``keep_workdir``) stay until the user removes them.
-    """
-    removed = []
-    for path in Path(folder or tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
-        try:
-            if path.stat().st_uid != os.getuid():
-                continue
-            record = json.loads((path / OWNER_FILE).read_text())
-            owners = [ProcessId.from_dict(record["job"])]
-            if record.get("server"):
-                owners.append(ProcessId.from_dict(record["server"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not ours, or not ours to judge
-        if record.get("keep") or any(owner.alive(same_command=False) for owner in owners):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    if removed:
-        log.info("removed %d work folders of Triton servers whose job died: %s", len(removed),
-                 [str(p) for p in removed[:5]])
-    return removed
 
 
 @atexit.register

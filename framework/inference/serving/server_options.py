@@ -35,6 +35,8 @@ from .shm_janitor import INTERVAL_S as SHM_JANITOR_S
 BACKENDS = ("auto", "native", "python")
 DEVICES = ("cpu", "gpu")
 MODEL_CONTROL = ("none", "explicit")
+#: Triton's levels of gRPC compression of its answers (the algorithm is one the client accepts: gzip or deflate)
+RESPONSE_COMPRESSION = ("none", "low", "medium", "high")
 #: the metadata key of a field's one-line help (the CLI's ``--help`` and the docs show it)
 HELP = "help"
 #: the metadata key of a field's other command-line spellings (kept where documented: ``--model``, ``-m``)
@@ -80,6 +82,9 @@ class ServerOptions:
     model_control: str = option("none", "none loads every model at start; explicit loads and unloads them through "
                                 "the API", choices=MODEL_CONTROL)
     log_verbose: int = option(0, "Triton's --log-verbose level", min=0)
+    response_compression: str = option("none", "gRPC compression of the answers to clients that accept it (Triton's "
+                                       "--grpc-infer-response-compression-level): none, low, medium or high",
+                                       choices=RESPONSE_COMPRESSION)
     startup_timeout: float = option(180.0, "seconds to wait until every model is ready", positive="seconds")
     host: str = option("127.0.0.1", "address gRPC binds (0.0.0.0: every interface; use TLS off loopback)",
                        metavar="H")
