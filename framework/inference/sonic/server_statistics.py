@@ -56,3 +56,38 @@ def not_one_server(server_side: ServerCounters, answered: Mapping[str, Mapping[s
                 found[address] = (f"it counted {theirs} requests of {model!r} where this job had {mine} answered "
                                   f"there")
     return found
+
+
+Snapshot = Mapping[tuple[str, str], Mapping[str, float]]  # {(model, version): counters}, as statistics() gives
+
+
+def queue_ms(before: Snapshot, now: Snapshot) -> tuple[dict[str, float], str]:
+    """Mean queue time per request (ms) of each model between two reads of one server, and a doubt (empty
+    when none): a request count that went down means the address is not one server's (see
+    :func:`not_one_server`)."""
+    queue, doubt = {}, ""
+    for key, counters in now.items():
+        previous = before.get(key, {})
+        requests = counters["requests"] - previous.get("requests", 0)
+        if requests > 0:
+            queue[key[0]] = (counters["queue_ns"] - previous.get("queue_ns", 0)) / requests / 1e6
+        elif requests < 0:
+            doubt = f"its request count of {key[0]!r} went down between two reads"
+    return queue, doubt
+
+
+def since(baseline: Snapshot, now: Snapshot) -> tuple[dict[str, dict[str, float]], str]:
+    """Each model's counters since ``baseline`` (versions summed; models with nothing to say left out), and a
+    doubt (empty when none) when a request count went down during the job."""
+    per_model: dict[str, dict[str, float]] = {}
+    doubt = ""
+    for (model, version), values in now.items():
+        before = baseline.get((model, version), {})
+        delta = {k: v - before.get(k, 0) for k, v in values.items()}
+        if delta["requests"] < 0:
+            doubt = f"its request count of {model!r} went down during the job"
+        if delta["requests"] or delta["failures"]:
+            total = per_model.setdefault(model, dict.fromkeys(delta, 0))
+            for k, v in delta.items():
+                total[k] += v
+    return per_model, doubt

@@ -40,46 +40,22 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import InferenceError, did_you_mean
 from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection
+from .server_state import ServerState
+from .model_identity import version_problem
+from .server_statistics import queue_ms, since
 from ..keepalive import dead_by_keepalive
-from ..model_digest import digest, file_digests, mismatch, model_digest
+from ..model_digest import digest, mismatch, model_digest
 from ..repository import ModelInfo, ModelRepository, config_checksums
 from ..serving.server_options import fallback_server
 from ..server_spec import ServerSpec
 from ..triton_errors import NoServerError, RequestError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ServerState:
-    """What the pool knows about one server."""
-
-    connection: ServerConnection
-    breaker: Breaker = field(default_factory=Breaker)
-    models: dict[str, str] = field(default_factory=dict)  # ready model → version
-    reason: str = ""  # why it is down
-    checked: float = 0.0  # when it was last probed
-    queue_ms: dict[str, float] = field(default_factory=dict)  # recent mean queue time per model
-    last_stats: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    baseline: dict[tuple[str, str], dict[str, float]] | None = None  # statistics when the job began using it
-    #: why its statistics are not one server's (a counter went down: several servers behind one address, or a
-    #: restart), for the report (``server_statistics.not_one_server``); "" when nothing says so
-    doubt: str = ""
-    fallback: bool = False
-    retired: bool = False  # discovered, and no longer named by discovery: chosen for nothing new
-    refused: dict[str, str] = field(default_factory=dict)  # model → why this server may not serve it
-    verified: set[str] = field(default_factory=set)  # models whose version was checked on this server
-
-    @property
-    def healthy(self) -> bool:
-        """In rotation: its breaker is closed and discovery still names it."""
-        return self.breaker.usable() and not self.retired
 
 
 class ServerPool:
@@ -355,7 +331,7 @@ class ServerPool:
             info = connection.model_info(model)
         except RequestError:
             return True  # cannot ask now; the request itself will fail over if the server is gone
-        problem = self._version_problem(info, connection)
+        problem = version_problem(self.repository, info, connection)
         with self._lock:
             self._server_infos[(connection.address, model)] = info
             state.verified.add(model)
@@ -365,35 +341,6 @@ class ServerPool:
         if problem:
             log.warning("%s; passed over for this model", problem)
         return not problem
-
-    def _version_problem(self, info: ModelInfo, connection: ServerConnection) -> str:
-        """Why the server's ``info`` is not the local repository's model (empty when it is, or when the job
-        has no local copy of the model to compare with). An ensemble is the right one when each of its
-        steps is: the server runs them, so each is compared in turn."""
-        local = self.repository.find(info.name) if self.repository is not None else None
-        if local is None:
-            return ""
-        if local.platform == "ensemble":
-            for step in dict.fromkeys(s.model_name for s in local.config.ensemble_scheduling.step):
-                try:
-                    problem = self._version_problem(connection.model_info(step), connection)
-                except RequestError as err:
-                    problem = f"its step {step!r} cannot be checked: {err.args[0]}"
-                if problem:
-                    return f"ensemble {info.name!r} on server {connection.address}: {problem}"
-            return ""
-        ours = file_digests(local)
-        remote = config_checksums(info.config, info.name)
-        where = f"model {info.name!r} on server {connection.address}"
-        if not remote:
-            return (f"{where} reports no checksums, so it cannot be shown to be the local {local.path} "
-                    f"(digest {digest(ours)}); the server's repository needs them: `sonic server checksum DIR`")
-        differ = mismatch(local, remote)
-        if not differ:
-            return ""
-        files = ", ".join(f"{rel}: server {theirs}, local {mine or 'missing'}" for rel, (mine, theirs) in differ.items())
-        return (f"{where} is not the local {local.path}: server digest {digest(remote)}, local {digest(ours)} "
-                f"({files})")
 
     def digest_on(self, address: str, model: str) -> str | None:
         """The digest of ``model`` as the server at ``address`` reported it (None when it was not asked or
@@ -507,14 +454,8 @@ class ServerPool:
                     elif err.status == "DEADLINE_EXCEEDED":
                         self.record(state.connection, err.status, err.args[0])
                     continue
-                queue = {}
-                for key, now in stats.items():
-                    before = state.last_stats.get(key, {})
-                    requests = now["requests"] - before.get("requests", 0)
-                    if requests > 0:
-                        queue[key[0]] = (now["queue_ns"] - before.get("queue_ns", 0)) / requests / 1e6
-                    elif requests < 0:
-                        state.doubt = f"its request count of {key[0]!r} went down between two reads"
+                queue, doubt = queue_ms(state.last_stats, stats)
+                state.doubt = doubt or state.doubt
                 with self._lock:
                     state.queue_ms.update(queue)
                     state.last_stats = stats
@@ -548,16 +489,8 @@ class ServerPool:
                     now = state.connection.statistics()
                 except RequestError:
                     pass
-            per_model: dict[str, dict[str, float]] = {}
-            for (model, _version), values in now.items():
-                before = state.baseline.get((model, _version), {})
-                delta = {k: v - before.get(k, 0) for k, v in values.items()}
-                if delta["requests"] < 0:
-                    state.doubt = f"its request count of {model!r} went down during the job"
-                if delta["requests"] or delta["failures"]:
-                    total = per_model.setdefault(model, dict.fromkeys(delta, 0))
-                    for k, v in delta.items():
-                        total[k] += v
+            per_model, doubt = since(state.baseline, now)
+            state.doubt = doubt or state.doubt
             if per_model:
                 out[state.connection.address + (" (fallback)" if state.fallback else "")] = per_model
         return out
