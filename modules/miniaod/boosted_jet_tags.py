@@ -15,10 +15,18 @@ per jet, plus discriminators (``discriminators.py``). A new tagger version is a 
       jet_radius: 0.4
       discriminators:
         BvsAll: {numerator: [b, bb], denominator: [b, bb, c, cc, uds, g]}
+
+Jets CMS's tag-info producer leaves empty — below ``min_jet_pt``, outside the |η| window, without constituents,
+or with no constituent, SV (or lost track) left after its cuts — are not sent to the model: every output of
+theirs is 0, as CMS's ``BoostedJetONNXJetTagsProducer`` and ``ParticleNetSonicJetTagsProducer`` write it, and
+a discriminator with a denominator is CMS's undefined marker (-10). When the job starts, the preprocess.json
+is checked against the model's declared inputs (names, data type, features, fixed lengths), so a file paired
+with the wrong model is one error naming both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import awkward as ak
@@ -28,7 +36,7 @@ from ...framework import ConfigError, InputTag, Output, Param, gather, then
 from ...framework.inference import InferenceProducer
 from .columns import Flat, flat_columns, model_labels
 from .discriminators import make_discriminators
-from .preprocess import build_inputs, find_preprocess, jet_lengths, load_preprocess
+from .preprocess import Entries, build_inputs, find_preprocess, jet_lengths, load_preprocess, model_mismatch
 from .tag_info import FEATURE_BLOCKS, MissingInput, TagInfo, TagInfoSettings, collection_of
 
 #: fields read by every ParticleNet version the project knows (the from-MiniAOD and the costheta / signed
@@ -48,7 +56,8 @@ class BoostedJetTags(InferenceProducer):
 
     Products: ``scores`` — per event, per jet, one field per output name (the ``classes`` given, else the
     model's labels file, else preprocess.json's ``output_names`` without ``label_``) plus the configured
-    ``discriminators``.
+    ``discriminators``; 0 for every output of a jet CMS's tag-info producer leaves empty (not sent to the
+    model).
     """
 
     #: a batch of events per call: the jets of all of them make one request
@@ -74,10 +83,13 @@ class BoostedJetTags(InferenceProducer):
                            doc="name → {numerator: [classes], denominator: [classes]}: sum over sum, as CMS's "
                                "BTagProbabilityToDiscriminator (empty denominator: the sum)")
     jet_radius = Param(float, 0.8, doc="SVs within this ΔR of the jet axis belong to it (CMS jet_radius)", above=0)
-    min_jet_pt = Param(float, 0.0, doc="jets below get no features, only padding (CMS min_jet_pt), GeV", min=0)
-    min_jet_eta = Param(float, 0.0, doc="jets within |eta| below get no features (CMS min_jet_eta: the from-MiniAOD "
+    min_jet_pt = Param(float, 0.0, doc="jets below are not scored: every output 0 (CMS min_jet_pt), GeV", min=0)
+    min_jet_eta = Param(float, 0.0, doc="jets within |eta| below are not scored (CMS min_jet_eta: the from-MiniAOD "
                                         "Forward versions)", min=0)
-    max_jet_eta = Param(float, 99.0, doc="jets beyond |eta| get no features (CMS max_jet_eta)", above=0)
+    max_jet_eta = Param(float, 99.0, doc="jets beyond |eta| are not scored (CMS max_jet_eta)", above=0)
+    raw_factor = InputTag("", doc="the jets' NanoAOD rawFactor branch (e.g. Jet_rawFactor; raw pT = pt·(1 − "
+                                  "rawFactor)): the from-MiniAOD versions then score a jet whose corrected or raw "
+                                  "pT reaches min_jet_pt, as ParticleNetFeatureEvaluator does (empty: pt is raw)")
     min_puppi_weight = Param(float, -1.0, doc="constituents with a lower PUPPI weight are dropped (CMS min_puppi_wgt)")
     use_puppi_p4 = Param(bool, False, doc="order constituents by PUPPI-weighted pT and weight the *_log/*rel "
                                           "features (CMS use_puppiP4; AK8 PUPPI jets)")
@@ -93,7 +105,8 @@ class BoostedJetTags(InferenceProducer):
                                max_jet_eta=self.max_jet_eta,
                                min_puppi_weight=self.min_puppi_weight, use_puppi_p4=self.use_puppi_p4,
                                min_pt_for_pfcandidates=self.min_pt_for_pfcandidates,
-                               lost_track_max_dr=self.lost_track_max_dr, lost_track_min_pt=self.lost_track_min_pt)
+                               lost_track_max_dr=self.lost_track_max_dr, lost_track_min_pt=self.lost_track_min_pt,
+                               feature_evaluator=self._feature_evaluator)
 
     def preprocess_path(self, info) -> str:
         """``preprocess_json``, or the model folder's preprocess.json."""
@@ -112,11 +125,13 @@ class BoostedJetTags(InferenceProducer):
             raise ConfigError(f"{self._spec.path!r} uses features this producer does not compute: {unknown} (known: "
                               f"the pfcand_*, sv_*, jet_pfcand_*, jet_sv_*, jet_losttrack_* features of CMS's "
                               f"ParticleNet family)", key=f"{key}.preprocess_json")
-        expected = [spec.name for spec in info.inputs]
-        if sorted(expected) != sorted(g.name for g in self._spec.inputs):
-            raise ConfigError(f"{self._spec.path!r} defines inputs {[g.name for g in self._spec.inputs]} but model "
-                              f"{self.model!r} has {expected}", key=f"{key}.preprocess_json")
+        mismatch = model_mismatch(self._spec, info.inputs, batched=info.max_batch_size > 0)
+        if mismatch:
+            raise ConfigError(f"{self._spec.path!r} does not fit model {self.model!r} ({_model_file(info)}): "
+                              f"{mismatch}", key=f"{key}.preprocess_json")
         self._needs_lost_tracks = any(collection_of(n) == "lt" for n in self._spec.feature_names)
+        # ParticleNetFeatureEvaluator's names (the from-MiniAOD versions) select jets by its rule
+        self._feature_evaluator = any(n.startswith(("jet_", "lt_")) for n in self._spec.feature_names)
         if len(info.outputs) != 1:
             raise ConfigError(f"model {self.model!r} has outputs {[o.name for o in info.outputs]}; a ParticleNet-"
                               f"family model has exactly one (its scores)", key=f"{key}.model")
@@ -137,8 +152,16 @@ class BoostedJetTags(InferenceProducer):
         return dict(self.discriminators)
 
     def jet_columns(self, events) -> Flat:
-        """The batch's jets, flattened (what counts the rows of the request and splits the scores back)."""
-        return flat_columns(events.get(self.jets), type(self).jets.fields, len(events))
+        """The batch's jets, flattened (what counts the rows of the request and splits the scores back), with
+        their ``raw_pt`` when ``raw_factor`` names a branch."""
+        jets = flat_columns(events.get(self.jets), type(self).jets.fields, len(events))
+        if not self.raw_factor:
+            return jets
+        factor = np.asarray(ak.flatten(events.get(self.raw_factor), axis=None), dtype=np.float64)
+        if factor.size != jets.counts.sum():
+            raise ConfigError(f"{self.raw_factor!r} has {factor.size} values for {int(jets.counts.sum())} jets of "
+                              f"{self.jets!r}: it must be the jets' own branch", key=f"modules.{self.label}.raw_factor")
+        return Flat({**jets.columns, "raw_pt": jets.columns["pt"] * (1.0 - factor)}, jets.counts)
 
     def tag_info(self, events, jets: Flat | None = None) -> TagInfo:
         """The batch's tag info (CMS's tag-info producer): named features of every jet of every event."""
@@ -154,33 +177,42 @@ class BoostedJetTags(InferenceProducer):
                                 flat_columns(events.get(self.svs), declared.svs.fields, n),
                                 None if lost is None else flat_columns(lost, declared.lost_tracks.fields, n))
 
-    def inputs_for(self, info: TagInfo) -> dict[str, np.ndarray]:
-        """The model's inputs for the batch's jets, in preprocess.json's order."""
+    def inputs_for(self, n_jets: int, entries: Callable[[str], Entries],
+                   feature: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's inputs for ``n_jets`` jets of the tag info (their ``entries`` and ``feature`` values), in
+        preprocess.json's order."""
         try:
-            return build_inputs(self._spec, info.n_jets, info.entries, info.feature)
+            return build_inputs(self._spec, n_jets, entries, feature)
         except MissingInput as err:
             raise ConfigError(f"{self._spec.path!r} needs {err.args[0]}, which the input does not have",
                               key=f"modules.{self.label}") from None
 
-    def acquire(self, events) -> Future | None:
-        """The batch's jets in as few requests as the model's max_batch_size allows; none when no event has a
-        jet. One request is padded to its longest jet (CMS's rule); when the jets need several, they are
+    def acquire(self, events) -> Future | dict[str, np.ndarray] | None:
+        """The batch's filled jets (:attr:`TagInfo.filled`) in as few requests as the model's max_batch_size
+        allows; none when no jet is filled. The other jets are not sent: every output of theirs is 0, as CMS
+        writes it. One request is padded to its longest jet (CMS's rule); when the jets need several, they are
         ordered by length first, so each request is padded only to the longest of its own jets."""
         jets = self.jet_columns(events)
         if jets.counts.sum() == 0:
             return None
         info = self.tag_info(events, jets)
-        inputs = self.inputs_for(info)
+        filled = info.filled
+        n_jets = int(filled.sum())
+        every = lambda rows: {self._output: _spread(rows, filled)}  # noqa: E731 - the filled jets' rows among all
+        if n_jets == 0:
+            return every(np.zeros((0, len(self._labels)), np.float32))
+        entries, feature = _only(info, filled)
+        inputs = self.inputs_for(n_jets, entries, feature)
         limit = self.model_info().max_batch_size
-        if limit <= 0 or info.n_jets <= limit:
-            return self.infer(inputs, [self._output])
-        lengths = jet_lengths(self._spec, info.entries)
+        if limit <= 0 or n_jets <= limit:
+            return then(self.infer(inputs, [self._output]), lambda answer: every(answer[self._output]))
+        lengths = jet_lengths(self._spec, entries)
         order = np.lexsort(tuple(lengths.values())[::-1])  # by the first input's length, then the next ...
-        parts = np.array_split(order, -(-info.n_jets // limit))
+        parts = np.array_split(order, -(-n_jets // limit))
         requests = [self.infer({name: array[rows, :, :int(lengths[name][rows].max())]
                                 for name, array in inputs.items()}, [self._output]) for rows in parts]
-        return then(gather(requests), lambda answers: {self._output: _unsort(
-            np.concatenate([answer[self._output] for answer in answers]), order)})
+        return then(gather(requests), lambda answers: every(_unsort(
+            np.concatenate([answer[self._output] for answer in answers]), order)))
 
     def produce(self, events, result) -> None:
         """``scores``: the request's rows (the batch's jets, event after event) split back into events, one
@@ -193,6 +225,38 @@ class BoostedJetTags(InferenceProducer):
             scores[discriminator.name] = discriminator(probs)
         records = ak.zip({name: np.ascontiguousarray(values) for name, values in scores.items()}, depth_limit=1)
         events.put("scores", ak.unflatten(records, counts))
+
+
+def _only(info: TagInfo, keep: np.ndarray) -> tuple[Callable[[str], Entries], Callable[[str], np.ndarray]]:
+    """``info``'s entries and feature values of the jets where ``keep`` is True, the jets numbered among
+    themselves (``info``'s own when every jet is kept)."""
+    if keep.all():
+        return info.entries, info.feature
+    number = np.cumsum(keep) - 1
+
+    def entries(name: str) -> Entries:
+        rows = info.entries(name)
+        mine = keep[rows.jet]
+        return Entries(number[rows.jet[mine]], rows.rank[mine], rows.counts[keep])
+
+    def feature(name: str) -> np.ndarray:
+        return info.feature(name)[keep[info.entries(name).jet]]
+
+    return entries, feature
+
+
+def _spread(rows: np.ndarray, filled: np.ndarray) -> np.ndarray:
+    """One row per jet: ``rows`` for the filled jets, in order, and 0 for every output of the others (what
+    CMS's jet-tag producers write for a jet with empty features)."""
+    out = np.zeros((filled.size, rows.shape[1]), dtype=rows.dtype)
+    out[filled] = rows
+    return out
+
+
+def _model_file(info) -> str:
+    """Where the model's file is, for a message: its repository file, or the server that has it."""
+    local = info if info.path is not None else info.local
+    return str(local.model_file()) if local is not None else "known only from its server"
 
 
 def _unsort(rows: np.ndarray, order: np.ndarray) -> np.ndarray:

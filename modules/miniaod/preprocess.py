@@ -7,6 +7,13 @@ make its rows (``var_names``), how each is transformed (``median``, ``norm_facto
 ``var_length``), and the names of the model's outputs (``output_names``). Reading the file, not typing its
 values into code, is what lets a new tagger version plug in by configuration.
 
+Every form CMS's files use is read, as CMSSW's parser (``ParticleNetConstructor``) reads them: ``var_length``
+wins over ``min_length``/``max_length``; ``pad`` may be left out (0); numbers may be integers; keys it does
+not read (the older files' per-input ``input_shape``) are ignored. CMSSW takes the output names from its
+configuration, not from the file, so their forms vary: ``output_names`` is a list, or a mapping from each
+name to the training's definition of it (the regression versions), or absent with the older files'
+``flav_names``; here they are the names of last resort (after ``classes`` and the model's labels file).
+
 The transformation is CMSSW's ``center_norm_pad``: a value that is not finite or beyond ±1e32 becomes
 ``replace_inf_value``; then ``clip((x - median) * norm_factor, lower_bound, upper_bound)``; positions past a
 jet's entries hold ``pad``. As CMS's SONIC producer does for the jets of an event, every jet of a batch of
@@ -26,12 +33,16 @@ import functools
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from ...framework import ConfigError, project_path
+
+if TYPE_CHECKING:
+    from ...framework.inference import TensorSpec
 
 
 #: CMSSW's ``catch_infs`` limit: values beyond it count as infinite
@@ -134,10 +145,42 @@ def load_preprocess(path: str | os.PathLike, key: str = "preprocess_json") -> Pr
                 raise fail(f"{name}.var_infos.{var}", "lower_bound is above upper_bound")
             infos.append(value)
         groups.append(InputGroup(str(name), tuple(var_names), tuple(infos), *lengths))
-    outputs = data.get("output_names", [])
+    entry = "output_names" if "output_names" in data else "flav_names"
+    outputs = data.get(entry, [])
+    if isinstance(outputs, dict):  # name → the training's definition of it (a label or regression target)
+        outputs = list(outputs)
     if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
-        raise fail("output_names", "not a list of names")
+        raise fail(entry, "neither a list of names nor a mapping from names")
     return Preprocess(str(path), tuple(groups), tuple(outputs))
+
+
+def model_mismatch(spec: Preprocess, inputs: Sequence[TensorSpec], batched: bool) -> str | None:
+    """What keeps the inputs ``spec`` builds from fitting a model's declared ``inputs`` — names, data type,
+    features per input, fixed lengths — in words, or None when they fit.
+
+    Both are known when the job starts, so a preprocess.json paired with the wrong model fails then, not at
+    the first event's request. ``batched``: the model's dims leave out the batch axis (Triton's
+    ``max_batch_size > 0``); otherwise the first of them is the batch axis.
+    """
+    model = {tensor.name: tensor for tensor in inputs}
+    ours = [group.name for group in spec.inputs]
+    if sorted(ours) != sorted(model):
+        return f"preprocess.json defines inputs {ours}, the model has {list(model)}"
+    for group in spec.inputs:
+        tensor = model[group.name]
+        dims = tuple(tensor.dims) if batched else tuple(tensor.dims)[1:]
+        where = f"input {group.name!r}"
+        if tensor.datatype != "FP32":
+            return f"{where} is {tensor.datatype} in the model; preprocess.json builds FP32"
+        if len(dims) != 2:
+            return f"{where} has dims {list(tensor.dims)} in the model; preprocess.json builds [features, length]"
+        features, length = dims
+        if features not in (-1, len(group.var_names)):
+            return f"{where} has {len(group.var_names)} features in preprocess.json, {features} in the model"
+        if length != -1 and not group.min_length == group.max_length == length:
+            return (f"{where} is {group.min_length} to {group.max_length} entries long in preprocess.json; the "
+                    f"model takes exactly {length}")
+    return None
 
 
 @functools.lru_cache(maxsize=256)

@@ -12,8 +12,12 @@ particles), with CMS's definitions:
   from-MiniAOD models): constituents above ``min_pt_for_pfcandidates`` by raw pT; lost tracks within
   ``lost_track_max_dr`` of the jet above ``lost_track_min_pt``, by pT.
 
-Jets below ``min_jet_pt`` or outside ``min_jet_eta`` ≤ |η| ≤ ``max_jet_eta`` get no entries (their inputs are
-padding), as in CMS.
+The jet selection is CMS's: a jet below ``min_jet_pt``, outside ``min_jet_eta`` ≤ |η| ≤ ``max_jet_eta`` or
+without constituents gets no entries at all (``ParticleNetFeatureEvaluator``, the from-MiniAOD versions, keeps
+a jet whose corrected *or* raw pT reaches ``min_jet_pt``). A jet with no entries — outside the selection, or
+inside with every constituent dropped and no SV (nor, for the from-MiniAOD versions, lost track) — is one
+CMS's tag-info producers leave empty (:attr:`TagInfo.filled` is False): CMS's jet-tag producers do not run the
+model for it and write 0 for every output.
 
 What a generated MiniAOD-like sample cannot give is documented and constant, as CMS fills it when the
 object is absent: tracks are straight lines from their reference point (``vx, vy, vz`` relative to the PV),
@@ -61,6 +65,9 @@ class TagInfoSettings:
         jet_radius: SVs within ΔR < radius of the jet axis belong to it [jet_radius].
         min_jet_pt, min_jet_eta, max_jet_eta: jets outside get no entries [min_jet_pt, min_jet_eta, max_jet_eta]
             (the from-MiniAOD Forward versions tag |η| ≥ 2.5 only).
+        feature_evaluator: the selection of ``ParticleNetFeatureEvaluator`` (the from-MiniAOD versions) rather
+            than ``DeepBoostedJetTagInfoProducer``'s: a jet passes ``min_jet_pt`` by its corrected or its raw
+            pT (the jets' ``raw_pt`` column, when there is one), and its lost tracks count as entries.
         min_puppi_weight: constituents with a lower PUPPI weight are dropped [min_puppi_wgt].
         use_puppi_p4: PUPPI-weighted momenta for the ordering and the weighted features [use_puppiP4].
         min_pt_for_pfcandidates: constituents below are dropped [min_pt_for_pfcandidates].
@@ -76,6 +83,7 @@ class TagInfoSettings:
     min_pt_for_pfcandidates: float = -1.0
     lost_track_max_dr: float = 0.4
     lost_track_min_pt: float = 1.0
+    feature_evaluator: bool = False
 
 
 #: which collection a feature name describes, by prefix (longest first)
@@ -253,9 +261,26 @@ class TagInfo:
     # -- rows -------------------------------------------------------------------------------------------
     @cached_property
     def _jet_ok(self) -> np.ndarray:
+        """The jets inside CMS's selection: pT, |η| and at least one constituent (before any is dropped)."""
         s = self.settings
+        pt_ok = np.asarray(self.jets["pt"]) >= s.min_jet_pt
+        if s.feature_evaluator and "raw_pt" in self.jets:
+            pt_ok |= np.asarray(self.jets["raw_pt"]) >= s.min_jet_pt
         abs_eta = np.abs(self.jets["eta"])
-        return (self.jets["pt"] >= s.min_jet_pt) & (abs_eta >= s.min_jet_eta) & (abs_eta <= s.max_jet_eta)
+        jet = np.asarray(self.members["jetIdx"], np.int64)
+        members = np.bincount(jet[(jet >= 0) & (jet < self.n_jets)], minlength=self.n_jets)
+        return pt_ok & (abs_eta >= s.min_jet_eta) & (abs_eta <= s.max_jet_eta) & (members > 0)
+
+    @cached_property
+    def filled(self) -> np.ndarray:
+        """Per jet: whether CMS's tag-info producer fills its features — inside the selection with at least one
+        constituent or SV (or, for the from-MiniAOD versions, lost track) left. CMS's jet-tag producers
+        (``BoostedJetONNXJetTagsProducer``, ``ParticleNetSonicJetTagsProducer``) write 0 for every output of
+        the other jets, whose inputs would be padding only, and the ONNX one does not run the model for them."""
+        entries = self.pf_rows.counts + self.sv_rows.counts
+        if self.settings.feature_evaluator and self.lt is not None:
+            entries = entries + self.lt_rows.counts
+        return self._jet_ok & (entries > 0)
 
     @cached_property
     def _puppi(self) -> np.ndarray | None:

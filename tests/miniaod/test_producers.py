@@ -36,7 +36,8 @@ def test_configuration_mistakes_name_module_and_key(small_file, tmp_path, overri
 
 def test_inputs_for_another_model_are_refused_naming_the_input(small_file, tmp_path):
     ak8 = PROJECT / "data" / "models" / "miniaod" / "miniaod_particlenet_ak8" / "preprocess.json"
-    with pytest.raises(SonicError, match=r"module 'pnetAK4'.*'miniaod_particlenet_ak4' input 'pf_features'"):
+    with pytest.raises(SonicError, match=r"modules.pnetAK4.preprocess_json: .* does not fit model "
+                                         r"'miniaod_particlenet_ak4' .*input 'pf_features'"):
         run_config("miniaod", small_file, tmp_path / "out.root", f"pnetAK4.preprocess_json='{ak8}'",
                    "source.max_events=2")
 
