@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 #: a configuration key whose value is a secret (matched anywhere in the key, case-insensitively)
-SECRET_KEY = re.compile(r"token|secret|passw|private_key|api_key|credential|auth|cookie|bearer", re.IGNORECASE)
+SECRET_KEY = re.compile(r"token|secret|passw|private_key|client_key|api_key|credential|auth|cookie|bearer", re.IGNORECASE)
 REDACTED = "<redacted>"
 #: the packages whose versions decide the numbers in an output
 PACKAGES = ("sonic-hep", "numpy", "awkward", "uproot", "onnxruntime", "torch", "tritonclient", "grpcio",

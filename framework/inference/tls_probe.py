@@ -27,8 +27,8 @@ import socket
 import ssl
 from pathlib import Path
 
-TLS_HINT = "the server speaks TLS and this client does not: set ssl: true (and root_certificates) for it"
-CERTIFICATE_HINT = ("the server requires a client certificate (mutual TLS): set private_key and certificate_chain "
+TLS_HINT = "the server speaks TLS and this client does not: set ssl: true (and tls_ca) for it"
+CERTIFICATE_HINT = ("the server requires a client certificate (mutual TLS): set tls_client_cert and tls_client_key "
                     "to a certificate its CA signed")
 
 
@@ -200,7 +200,7 @@ def certificate_problem(address: str, root_certificates: str | None = None, priv
     except (OSError, ValueError, ssl.SSLError):
         return None  # unreadable files: the TLS library's own message says which
     context.set_alpn_protocols(["h2"])
-    trusted = f"root_certificates {root_certificates}" if root_certificates else "the system's CAs"
+    trusted = f"tls_ca {root_certificates}" if root_certificates else "the system's CAs"
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
                 context.wrap_socket(raw, server_hostname=host) as tls:

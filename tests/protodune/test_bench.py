@@ -20,7 +20,7 @@ from sonic_hep.workflows.bench.protodune import MODEL, read_patches, run_event
 def test_bench_reports_modes_jobs_and_derived_numbers(sonic_cli, tmp_path):
     out = tmp_path / "bench"
     result = sonic_cli("bench", "protodune", "--out", out, "--scale", "small", "--events", "1",
-                       "--modes", "direct-cpu,sonic-cpu", "--cpu-events", "1", "--threads", "1",
+                       "--modes", "direct-cpu,sonic-cpu", "--cpu-events", "1", "--ort-threads", "1",
                        "--saturation", "1", "--job-events", "1", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "protodune.json").read_text())

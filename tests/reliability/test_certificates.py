@@ -121,7 +121,7 @@ def test_clients_are_told_which_certificate_is_wrong(pki, tmp_path, caplog):
         mutual = {"private_key": str(pki / "client.key"), "certificate_chain": str(pki / "client.pem")}
         assert "the server's certificate is not for '127.0.0.1'" in problem(port, "127.0.0.1", root_certificates=ca,
                                                                              **mutual)
-        assert f"signed by a CA not in root_certificates {pki / 'stranger.pem'} (unknown CA)" in \
+        assert f"signed by a CA not in tls_ca {pki / 'stranger.pem'} (unknown CA)" in \
             problem(port, root_certificates=str(pki / "stranger.pem"), **mutual)
         for message in (expired, rogue):
             assert "Socket closed" not in message and "\n" not in message

@@ -170,14 +170,14 @@ def test_mutual_tls_refuses_clients_without_a_certificate_from_the_ca(tmp_path, 
                                 timeout=60, env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
         assert status.returncode == 1
         assert status.stdout.strip().splitlines() == [
-            f"{server.grpc_url}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)"]
-        no_certificate = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-root-cert", pki["ca"]],
+            f"{server.grpc_url}: unreachable over plain gRPC: the server speaks TLS (give --tls-ca)"]
+        no_certificate = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-ca", pki["ca"]],
                                         capture_output=True, text=True, timeout=60,
                                         env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
         assert no_certificate.stdout.strip().splitlines() == [
-            f"{server.grpc_url}: refused: the server requires a client certificate (give --tls-cert and --tls-key)"]
-        mutual = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-root-cert", pki["ca"],
-                                 "--tls-cert", pki["client_cert"], "--tls-key", pki["client_key"]],
+            f"{server.grpc_url}: refused: the server requires a client certificate (give --tls-client-cert and --tls-client-key)"]
+        mutual = subprocess.run([*CLI, "server", "status", server.grpc_url, "--tls-ca", pki["ca"],
+                                 "--tls-client-cert", pki["client_cert"], "--tls-client-key", pki["client_key"]],
                                 capture_output=True, text=True, timeout=60,
                                 env={**os.environ, "SONIC_HEP_STATE": str(tmp_path / "state")})
         assert mutual.returncode == 0 and f"{server.grpc_url}: live" in mutual.stdout, mutual.stdout + mutual.stderr

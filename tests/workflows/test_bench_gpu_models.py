@@ -65,7 +65,7 @@ def test_dry_run_on_cpu_measures_every_mode_and_served_outputs_match(sonic_cli, 
     pytest.importorskip("torch")  # the in-process and served torch modes (make install-test installs it where it can)
     out = tmp_path / "bench"
     result = sonic_cli("bench", "gpu-models", "--out", out, "--device", "cpu", "--models", "particlenet_ak4,deepmet",
-                       "--batch-sizes", "1,3", "--seconds", "0.05", "--threads", "1", "--in-flight", "2", timeout=400)
+                       "--batch-sizes", "1,3", "--seconds", "0.05", "--ort-threads", "1", "--in-flight", "2", timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "gpu_models.json").read_text())
     assert report["failures"] == {}

@@ -69,7 +69,7 @@ def test_bench_job_line_is_a_sentence_not_a_dict():
 def test_bench_protodune_prints_a_table_and_where_results_went(tmp_path, sonic_cli):
     out = tmp_path / "results"
     result = sonic_cli("bench", "protodune", "--scale", "small", "--events", "2", "--modes", "direct-cpu",
-                       "--job-events", "0", "--saturation", "0", "--threads", "1", "--out", out, check=True)
+                       "--job-events", "0", "--saturation", "0", "--ort-threads", "1", "--out", out, check=True)
     assert "| direct-cpu |" in result.stdout and "nan" not in result.stdout
     assert f"results in {out}/protodune.{{md,json,png}}" in result.stdout
     assert (out / "protodune.png").exists()

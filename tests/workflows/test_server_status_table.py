@@ -42,7 +42,7 @@ class FakeServer:
 def test_columns_stay_aligned_with_long_model_names(monkeypatch, capsys):
     monkeypatch.setattr(grpcclient, "InferenceServerClient", FakeServer)
     monkeypatch.setattr(server_cli, "running_records", lambda: [])
-    args = argparse.Namespace(address=["gpu01:8001"], tls_root_cert=None, tls_cert=None, tls_key=None)
+    args = argparse.Namespace(address=["gpu01:8001"], tls_ca=None, tls_client_cert=None, tls_client_key=None)
     assert server_cli.status(args) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if line.split()[:1] == ["model"])

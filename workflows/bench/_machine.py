@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shutil
@@ -81,6 +82,19 @@ class CoreSplit:
     Make it before starting anything; :meth:`pin_clients` once the server has started (the server
     inherits nothing from the pinning: it gets ``server_cpus`` explicitly).
     """
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser, clients: str = "the clients", choice: bool = False) -> None:
+        """``--server-cpus`` (and, with ``choice``, ``--client-cpus``): one spelling and one meaning in every
+        benchmark that starts its own server."""
+        parser.add_argument("--server-cpus", metavar="LIST",
+                            help=f"pin the bench's local server(s) to these cores (e.g. 0-7) and {clients} to the "
+                                 "rest (default: no pinning)")
+        if choice:
+            parser.add_argument("--client-cpus", choices=("rest", "all"), default="rest",
+                                help="with --server-cpus: the clients on the cores the servers leave (rest), or on "
+                                     "every core, the servers' too (all: only the server is confined, as on a small "
+                                     "machine whose job starts its own server)")
 
     def __init__(self, server_cpus: str | None, clients: str = "rest"):
         from ...framework.inference.serving import parse_cpus

@@ -75,9 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", help=f"comma-separated, from {', '.join(RUNS)} (default: {LOCAL_RUNS}; "
                         "with --server: direct,sonic,ensemble)")
     parser.add_argument("--server", help="Triton server host:port (default: start one local server for both SONIC runs)")
-    parser.add_argument("--server-cpus", metavar="LIST",
-                        help="pin the local server to these cores (e.g. 0-7) and the runs to the rest (default: no pinning)")
-    parser.add_argument("--server-ort-threads", type=int, default=1,
+    CoreSplit.add_arguments(parser, "the runs")
+    parser.add_argument("--ort-threads", type=int, default=1,
                         help="onnxruntime threads per model instance of the local server (direct runs use 1)")
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
@@ -198,7 +197,7 @@ def start_local(backend: str | None, cores: CoreSplit, args: argparse.Namespace)
     options = {"backend": backend} if backend else {}
     try:
         return TritonServer([resolve_repository("data/models/exatrkx")], cpus=cores.server_cpus,
-                            ort_threads=args.server_ort_threads, **options).start()
+                            ort_threads=args.ort_threads, **options).start()
     except InferenceError as err:
         if backend != "native":
             raise
@@ -252,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     results = {**report.fields(), "input": os.path.basename(path), "hits_per_event": hits,
                "streams": args.streams, "threads": args.threads, "server": args.server or "local (started by the bench)",
                "unavailable": unavailable,
-               "pinning": cores.describe(), "server_ort_threads": args.server_ort_threads,
+               "pinning": cores.describe(), "server_ort_threads": args.ort_threads,
                "labels_equal": {r["run"]: bool(np.array_equal(r["_labels"], reference)) for r in runs[1:]},
                "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs]}
     report.write(markdown(results), results)

@@ -108,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cuda:0",
                         help='torch device of the GPU modes; "cpu" runs every code path on the CPU (dry run: the server '
                              "then has KIND_CPU instances)")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="onnxruntime / torch CPU threads")
+    parser.add_argument("--ort-threads", type=int, default=len(os.sched_getaffinity(0)), help="onnxruntime (and torch) CPU threads per session")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per point (after one warm-up call)")
     parser.add_argument("--in-flight", type=int, default=4, help="requests in flight against the server")
     parser.add_argument("--instances", type=int, default=1, help="server instances per model")
@@ -242,7 +242,7 @@ def reference_runner(model: Model, args: argparse.Namespace) -> tuple[Any, Model
     if model.source != "cms-torchscript":
         return None
     onnx_info = entry(MODELS["cms_particlenet_ak4"], args)
-    return cpu_runner(MODELS["cms_particlenet_ak4"], onnx_info, args.threads), onnx_info
+    return cpu_runner(MODELS["cms_particlenet_ak4"], onnx_info, args.ort_threads), onnx_info
 
 
 def run_outputs(runner: Any, info: ModelInfo, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -320,14 +320,14 @@ def measure_model(model: Model, info: ModelInfo, modes: list[str], batches: list
             continue  # the TorchScript file is CMS's fp32 export: its fp16 is not this benchmark's to make
         try:
             if mode == "cpu-onnxruntime":
-                runners[mode] = cpu_runner(model, info, args.threads)
+                runners[mode] = cpu_runner(model, info, args.ort_threads)
             else:
                 runners[mode] = torch_runner(model, info, args.device, "float16" if mode.endswith("fp16") else "float32",
-                                             args.threads)
+                                             args.ort_threads)
         except Exception as err:  # noqa: BLE001 - reported in the table's failures
             failures[mode] = f"{type(err).__name__}: {err}"
     relative = model.unit == "events"  # DeepMET's (px, py) are GeV, not scores
-    ref_runner, ref_info = reference or (runners.get("cpu-onnxruntime") or cpu_runner(model, info, args.threads), info)
+    ref_runner, ref_info = reference or (runners.get("cpu-onnxruntime") or cpu_runner(model, info, args.ort_threads), info)
     for rows_per_call in sizes:
         if time.perf_counter() > deadline:
             failures["budget"] = f"--budget-s {args.budget_s:g} spent: batch sizes from {rows_per_call} on not measured"
@@ -532,7 +532,7 @@ def run(args: argparse.Namespace) -> int:
             repository = write_served_repository(served, Path(tmp) / "repository", max(batches), args.instances,
                                                  args.served_precision)
             try:
-                server = TritonServer(repository, device=device, workdir=Path(tmp) / "server", ort_threads=args.threads,
+                server = TritonServer(repository, device=device, workdir=Path(tmp) / "server", ort_threads=args.ort_threads,
                                       strict=True).start()
                 client = make_client(InferenceConfig(mode="sonic", repository=[str(Path(tmp) / "repository")],
                                                      servers=[server.grpc_url],
@@ -559,7 +559,7 @@ def run(args: argparse.Namespace) -> int:
                 client.close()
             if server is not None:
                 server.stop()
-    report = {**bench.fields(), "modes": modes, "device": args.device, "threads": args.threads,
+    report = {**bench.fields(), "modes": modes, "device": args.device, "threads": args.ort_threads,
               "instances": args.instances, "in_flight": args.in_flight, "served_precision": args.served_precision,
               "seconds_per_point": args.seconds, "fp16_tolerance": args.fp16_tolerance, "per_event": per_event,
               "inputs": (f"recorded from generated events ({args.inputs})" if recordings else

@@ -66,8 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="workflow runs per mode (the median is reported)")
     parser.add_argument("--streams", type=int, default=4, help="workflow streams (events in flight)")
     parser.add_argument("--threads", type=int, default=2, help="workflow worker threads")
-    parser.add_argument("--server-cpus", metavar="LIST",
-                        help="pin the server to these cores (e.g. 0-7) and the clients to the rest (default: no pinning)")
+    CoreSplit.add_arguments(parser, "the clients")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short points, few clients and events")
 
 

@@ -87,13 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs per mode and value, interleaved; each one's run of median event time is reported")
     parser.add_argument("--server", action="append", help="Triton server for sonic (default: a local one)")
-    parser.add_argument("--server-cpus", metavar="LIST",
-                        help="pin the bench's local servers to these cores (e.g. 0-3) and the jobs to the rest "
-                             "(default: no pinning)")
-    parser.add_argument("--client-cpus", choices=("rest", "all"), default="rest",
-                        help="with --server-cpus: the jobs on the cores the servers leave (rest), or on every core, "
-                             "the servers' too (all: only the server is confined, as on a small machine whose job "
-                             "starts its own server)")
+    CoreSplit.add_arguments(parser, "the jobs", choice=True)
     parser.add_argument("--streams", type=int, default=1, help="events in flight")
     parser.add_argument("--threads", type=int, default=1, help="worker threads")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",

@@ -29,7 +29,7 @@ Results go to ``--out``: ``protodune.md``, ``protodune.json``, ``protodune.png``
 Examples::
 
     sonic bench protodune --scale small --events 3 --modes direct-cpu,sonic-cpu        # here, CPU
-    sonic bench protodune --scale full --events 6 --modes direct-cpu,direct-gpu,sonic-gpu --threads 16
+    sonic bench protodune --scale full --events 6 --modes direct-cpu,direct-gpu,sonic-gpu --ort-threads 16
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default="direct-cpu,sonic-cpu", help=f"comma-separated, from {', '.join(MODES)}")
     parser.add_argument("--cpu-events", type=int, default=2, help="events timed for CPU modes (slow), warm-up included")
     parser.add_argument("--batch-size", type=int, default=1693, help="patches per request (the ProtoDUNE SONIC paper used 235 and 1693)")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+    parser.add_argument("--ort-threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="onnxruntime threads (direct CPU, CPU server)")
     parser.add_argument("--torch-device", default="cuda:0",
                         help="device of direct-gpu (\"cpu\" runs that code path in float32 without a GPU, for dry runs)")
@@ -171,7 +171,7 @@ def measure_mode(mode: str, events: list[np.ndarray], args: argparse.Namespace,
     count = min(len(events), args.cpu_events if mode.endswith("cpu") else len(events))
     timed = events[1:count] or events[:1]  # with a single event, the warm-up event is timed again
     start = time.perf_counter()
-    client = make_mode_client(mode, args.threads, args.torch_device)
+    client = make_mode_client(mode, args.ort_threads, args.torch_device)
     setup = time.perf_counter() - start
     try:
         outputs = [run_event(client, events[0], args.batch_size)]  # warm-up
@@ -203,8 +203,8 @@ def job_timing(mode: str, path: str, events: int, args: argparse.Namespace, out_
     overrides = [f"source.files=[{path}]", f"source.max_events={events}", f"output.file={out_dir / f'scores_{mode}.root'}",
                  f"emtrkmichel.batch_size={args.batch_size}", "options.progress=false",
                  f"services.inference.mode={where}", f"services.inference.repository=[{REPOSITORY[device]}]",
-                 f"services.inference.intra_op_threads={args.threads}", "services.inference.workers=1",
-                 f"services.inference.fallback_server={{device: {device}, ort_threads: {args.threads}}}"]
+                 f"services.inference.intra_op_threads={args.ort_threads}", "services.inference.workers=1",
+                 f"services.inference.fallback_server={{device: {device}, ort_threads: {args.ort_threads}}}"]
     result = Process(cfgmod.load("protodune", overrides)).run(progress=False)
     report = result.timing.report()
     modules = {m["label"]: m for m in report["modules"]}

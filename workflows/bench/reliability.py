@@ -81,7 +81,7 @@ class Jobs:
         for i in range(count):
             fallback = f"services.inference.fallback_server={{workdir: '{folder / f'fallback-{i}'}', models: [demo_mlp]}}"
             args = [*sonic_run(folder / f"job-{i}.root", settings), "--timing-json", str(folder / f"job-{i}.json"),
-                    "--inference", "sonic", f"-p={fallback}"]
+                    "--inference", "sonic", f"-p={fallback}", "-p=services.inference.fallback=always"]  # servers named
             for url in servers:
                 args += ["--server", url]
             jobs.started.append(time.monotonic())
@@ -210,8 +210,12 @@ class Bench:
         before = (answered(first), answered(second))
         jobs = Jobs.start(self.work / name, args.jobs, [s.grpc_url for s in self.servers], settings)
         faults: list[str] = []
-        busy = wait_for(lambda: answered(first) - before[0] >= 200 and answered(second) - before[1] >= 200, 120)
-        if not busy:
+        def both_busy() -> bool:
+            return answered(first) - before[0] >= 200 and answered(second) - before[1] >= 200
+
+        # jobs too short to make both servers busy end first: nothing is left to inject a fault into
+        wait_for(lambda: both_busy() or jobs.poll(), 120)
+        if not both_busy():
             faults.append("none: the servers never got busy")
         elif name.startswith("sigstop"):
             os.kill(second.pid, signal.SIGSTOP)

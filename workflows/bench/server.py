@@ -111,8 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="about how long a round lasts (its request count is chosen from a warm-up run)")
     parser.add_argument("--min-requests", type=int, default=200, help="fewest requests in a round")
     parser.add_argument("--max-requests", type=int, default=200_000, help="most requests in a round")
-    parser.add_argument("--server-cpus", metavar="LIST",
-                        help="pin the server to these cores and h2load to the others (default: no pinning)")
+    CoreSplit.add_arguments(parser, "h2load")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 and 16 in flight, one short round")
 
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from ...framework.errors import SonicError
 from ...framework.inference.serving import HEARTBEAT_S
-from ...framework.inference.serving import ServerOptions
+from ...framework.inference.serving import ServerOptions, placement_lines
 from .server_flags import add_server_flags, options_from
 from .server_registry import Registration, read_records, running_records, stale_line, state_dir, supervisor_of
 
@@ -211,9 +211,10 @@ def status(args: argparse.Namespace) -> int:
         return 0
     failures = 0
     for address in addresses:
-        tls = bool(args.tls_root_cert or args.tls_cert) or records.get(address, {}).get("tls", False)
-        client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_root_cert,
-                                                  private_key=args.tls_key, certificate_chain=args.tls_cert)
+        tls = bool(args.tls_ca or args.tls_client_cert) or records.get(address, {}).get("tls", False)
+        client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_ca,
+                                                  private_key=args.tls_client_key,
+                                                  certificate_chain=args.tls_client_cert)
         try:
             live = client.is_server_live(client_timeout=5)
             metadata = client.get_server_metadata(client_timeout=5)
@@ -221,10 +222,12 @@ def status(args: argparse.Namespace) -> int:
         except Exception as err:  # noqa: BLE001 - tritonclient raises its own and grpc's errors
             mode = server_tls(address)
             if mode is not None and not tls:
-                print(f"{address}: unreachable over plain gRPC: the server speaks TLS (give --tls-root-cert)")
-            elif mode == "mutual" and not args.tls_cert:
-                print(f"{address}: refused: the server requires a client certificate (give --tls-cert and --tls-key)")
-            elif tls and (problem := certificate_problem(address, args.tls_root_cert, args.tls_key, args.tls_cert)):
+                print(f"{address}: unreachable over plain gRPC: the server speaks TLS (give --tls-ca)")
+            elif mode == "mutual" and not args.tls_client_cert:
+                print(f"{address}: refused: the server requires a client certificate "
+                      "(give --tls-client-cert and --tls-client-key)")
+            elif tls and (problem := certificate_problem(address, args.tls_ca, args.tls_client_key,
+                                                         args.tls_client_cert)):
                 print(f"{address}: refused: {problem}")
             else:
                 print(f"{address}: unreachable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
@@ -241,6 +244,8 @@ def status(args: argparse.Namespace) -> int:
         rows += [(name, "-", "-", f"NOT SERVED ({why})")  # left out at start
                  for name, why in (records.get(address, {}).get("skipped") or {}).items()]
         print("\n".join(_model_table(rows)))
+        for line in placement_lines(records.get(address, {})):  # which card serves what (a server started here)
+            print(line)
     return 1 if failures else 0
 
 
@@ -255,8 +260,8 @@ def _config_backends(address: str, tls: bool, args: argparse.Namespace, index: l
     """``{model: backend}`` as the server's model configs name it (empty where it cannot say)."""
     import tritonclient.grpc as grpcclient
 
-    client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_root_cert,
-                                              private_key=args.tls_key, certificate_chain=args.tls_cert)
+    client = grpcclient.InferenceServerClient(address, ssl=tls, root_certificates=args.tls_ca,
+                                              private_key=args.tls_client_key, certificate_chain=args.tls_client_cert)
     backends = {}
     try:
         for model in index:
@@ -328,9 +333,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = actions.add_parser("status", help="models and readiness of servers")
     p.add_argument("address", nargs="*", metavar="HOST:PORT", help="gRPC address (default: servers started here)")
-    p.add_argument("--tls-root-cert", metavar="PEM", help="talk TLS, trusting this root certificate")
-    p.add_argument("--tls-cert", metavar="PEM", help="client certificate, for a server with mutual TLS (with --tls-key)")
-    p.add_argument("--tls-key", metavar="PEM", help="private key of the client certificate")
+    # a client's files, in the words of every client (``server_spec.CLIENT_TLS``): --tls-cert is a server's own
+    p.add_argument("--tls-ca", metavar="PEM", help="talk TLS, trusting this CA for the server's certificate")
+    p.add_argument("--tls-client-cert", metavar="PEM",
+                   help="this client's certificate, for a server with mutual TLS (with --tls-client-key)")
+    p.add_argument("--tls-client-key", metavar="PEM", help="private key of the client certificate")
     p.set_defaults(func=status)
 
     p = actions.add_parser("add-model", help="write a Triton repository entry (onnxruntime_onnx) for an ONNX file")
