@@ -340,9 +340,18 @@ def _where(catalog: Catalog, file: str) -> str:
 def _members_of(catalog: Catalog, name: str, key: str, file: str) -> dict[str, Leaf]:
     members = catalog.members(name)
     if members is None:
+        _not_a_collection(catalog, name, key, file)
         raise NotInFile(f"collection {name!r} (for {key!r}) is not in {_where(catalog, file)}"
                         f"{catalog.suggest(name)}")
     return members
+
+
+def _not_a_collection(catalog: Catalog, name: str, key: str, file: str) -> None:
+    """Raises when ``name`` is in the file as one column, which has no fields to make a collection of."""
+    leaf = catalog.leaf(name)
+    if leaf is not None:
+        raise NotInFile(f"{name!r} (for {key!r}) is one column of {_where(catalog, file)}, of type "
+                        f"{catalog.typename(leaf)!r}, not a collection with fields: consume it as a column")
 
 
 def _record(key: str, spec: Spec, fields: tuple[str, ...] | None, catalog: Catalog, file: str,
@@ -449,6 +458,7 @@ def plan(key: str, spec: Spec | None, fields: tuple[str, ...] | None, catalog: C
         raise NotInFile(f"branch {key!r} is not in {_where(catalog, file)}{catalog.suggest(key)}")
     members = catalog.members(key)
     if members is None:
+        _not_a_collection(catalog, key, key, file)
         missing = f"{key}_{fields[0]}" if fields else key
         raise NotInFile(f"branch {missing!r} is not in {_where(catalog, file)}{catalog.suggest(missing)}")
     return _record(key, Spec(source=key), fields, catalog, file, {})

@@ -193,8 +193,9 @@ class Producer(Module, abstract=True):
 
 
 class Filter(Module, abstract=True):
-    """Decides whether the event continues: modules after it in the path are skipped for rejected
-    events, and rejected events are not written."""
+    """Decides whether the event continues: on the path, modules after it are skipped for rejected events,
+    and rejected events are not written. Off the path it runs only when its products are needed, and then
+    decides nothing (CMSSW ignores an unscheduled filter's decision too)."""
 
     kind = "filter"
 

@@ -176,12 +176,13 @@ class Process:
         :data:`~.config.AUTO_EVENTS_PER_CALL`) whose batches in flight fit ``options.memory_mb``, by the
         memory the modules declare one event needs in them (summed: a batch's inputs, temporaries and
         products of every module may be alive at once), and that still give every stream a batch of the
-        job's ``total`` events (a job of 20 events on 2 streams runs batches of 10, not one of 20). A job with
-        no columnar module runs one event per call: batches gain per-event modules nothing."""
+        job's ``total`` events (a job of 20 events on 2 streams runs batches of 10, not one of 20). A job whose
+        modules are all per event runs one event per call: batches gain per-event modules nothing (a job of no
+        module, a copy, goes by chunks)."""
         options = self.config.options
         if options.events_per_call:
             return options.events_per_call
-        if not any(m.columnar for m in self.prototypes.values()):
+        if self.prototypes and not any(m.columnar for m in self.prototypes.values()):
             return 1
         per_event = sum(m.memory_per_event_mb for m in self.prototypes.values()) or 0.1
         fits = int(options.memory_mb / (per_event * options.streams) + 1e-9)  # 10 / 0.4 is 24.999...

@@ -208,7 +208,7 @@ class Scheduler:
                 outcomes = np.fromiter((bool(o) for o in outcomes), dtype=bool, count=events)
         t1, c1 = time.perf_counter(), time.thread_time()
         self.timing.add(i, kind.phase, t1 - t0, c1 - c0, events=events, calls=calls)
-        if kind.filters:
+        if kind.filters and i in self.plan.skips:  # a filter off the path ran for its products: it selects nothing
             rejected = _events(batch, positions)[~outcomes]
             st.reject(i, rejected)
             self.timing.reject(i, len(rejected))

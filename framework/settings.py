@@ -96,7 +96,7 @@ def build(cls: type[T], raw: Mapping[Any, Any], *, error: Callable[[Problem], Ex
 
     Args:
         cls: a dataclass whose fields all have defaults.
-        raw: the user's mapping (a :class:`~.config.LineDict` keeps its line numbers for ``error``).
+        raw: the user's mapping (a :class:`~.yaml_reader.LineDict` keeps its line numbers for ``error``).
         error: makes the exception raised for a :class:`Problem` (it names the file, line and key).
         normalize_key: spelling accepted for a key (``"cpus-per-task"`` → ``"cpus_per_task"``).
         prepare: ``(key, value, type) -> value`` applied before conversion (a single string where a list is

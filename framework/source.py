@@ -33,7 +33,7 @@ import awkward as ak
 import numpy as np
 import uproot
 
-from . import remote
+from . import remote, uproot_errors
 from .columns import Column, NotInFile, Spec
 from .columns import parse as parse_columns
 from .columns import plan as plan_column
@@ -78,26 +78,35 @@ def open_file(path: str) -> Any:
         # local files through the memory map: no I/O thread, and the fastest reader uproot has
         options = {} if "://" in path else {"handler": uproot.source.file.MemmapSource}
         return uproot.open(path, **options)
-    except Exception as err:  # uproot raises many types for a file that is not ROOT
+    except remote.RemoteReadError as err:  # the network, not the file: one line of ours, kept whole
         raise SourceError(f"cannot open {path!r} as a ROOT file: {type(err).__name__}: {err}") from None
+    except Exception as err:  # uproot raises many types for a file that is not ROOT
+        raise SourceError(f"cannot open {path!r} as a ROOT file: {uproot_errors.reason(err, path)}") from None
 
 
 def open_tree(path: str, tree: str) -> Any:
     """The TTree or RNTuple ``tree`` of file ``path`` (a missing one is named, with the file's keys)."""
     handle = open_file(path)
     try:
-        return handle[tree]
+        classname = handle.classname_of(tree)
     except uproot.KeyInFileError:
         keys = [k.split(";")[0] for k in handle.keys(recursive=False)]
         raise SourceError(f"{path!r} has no tree or RNTuple {tree!r}{did_you_mean(tree, keys)}; "
                           f"it holds {keys}") from None
+    if not _is_tree(classname):  # a histogram, or an object uproot would try (and maybe fail) to decode
+        trees = [k.split(";")[0] for k, c in handle.classnames().items() if _is_tree(c)]
+        raise SourceError(f"{tree!r} in {path!r} is a {classname}, not a TTree or RNTuple; "
+                          f"give source.tree one of {trees}")
+    try:
+        return handle[tree]
     except Exception as err:
-        raise SourceError(f"cannot read {tree!r} in {path!r} (corrupt file?): {type(err).__name__}: {err}") from None
+        raise SourceError(f"cannot read {tree!r} in {path!r} (corrupt file?): "
+                          f"{uproot_errors.reason(err, f'{tree!r} in {path!r}')}") from None
 
 
-def _one_line(err: BaseException) -> str:
-    """An exception as one line (uproot's messages span several, with the file and object at the end)."""
-    return " ".join(f"{type(err).__name__}: {err}".split())
+def _is_tree(classname: str) -> bool:
+    """Whether a stored object of class ``classname`` is one the source reads events from."""
+    return classname in ("TTree", "TNtuple", "TNtupleD") or classname.endswith("RNTuple")
 
 
 @dataclass
@@ -218,7 +227,7 @@ class RootSource:
         tree, plan = self._tree(path)
         step = self.config.chunk_size
         if plan.leaves:
-            reads = list(dict.fromkeys(leaf.read for leaf in plan.leaves))
+            reads = list(dict.fromkeys(leaf.fetch for leaf in plan.leaves))
             options: dict[str, Any] = {"expressions": reads}
         else:  # nothing to read: the report still gives each chunk's entry range
             options = {"filter_name": []}
@@ -242,22 +251,24 @@ class RootSource:
         """The message for a failed read of entries ``[lo, hi)``: the culprit leaf when one alone fails, and
         whether it is its type (another range fails too: uproot cannot decode it, e.g. ``std::bitset``) or
         these entries' bytes (the rest of the file reads)."""
-        for leaf in plan.leaves:
+        for fetch, leaf in {leaf.fetch: leaf for leaf in plan.leaves}.items():
             try:
-                tree.arrays([leaf.read], entry_start=lo, entry_stop=hi, library="ak")
+                tree.arrays([fetch], entry_start=lo, entry_stop=hi, library="ak")
             except Exception as single:  # noqa: BLE001 - finding which leaf uproot cannot read
-                what = f"branch {leaf.name!r} (type {plan.catalog.typename(leaf)!r})"
+                name = leaf.name if leaf.branch is None else fetch.split("/")[-1]
+                what = f"branch {name!r} (type {plan.catalog.typename(leaf)!r})"
+                why = uproot_errors.reason(single, f"branch {name!r} of {path!r}")
                 probe = (0, 1) if lo > 0 else (hi, hi + 1) if hi < tree.num_entries else None
                 if probe is None:
-                    return (f"cannot read {what} at entries {lo} to {hi - 1} of {path!r} (a type uproot cannot "
-                            f"decode, or damaged bytes): {_one_line(single)}")
+                    return (f"cannot read {what} at entries {lo} to {hi - 1} of {path!r} (undecodable type or "
+                            f"damaged bytes): {why}")
                 try:
-                    tree.arrays([leaf.read], entry_start=probe[0], entry_stop=probe[1], library="ak")
+                    tree.arrays([fetch], entry_start=probe[0], entry_stop=probe[1], library="ak")
                 except Exception:  # noqa: BLE001 - it fails elsewhere too: the type, not these bytes
-                    return f"uproot cannot decode {what} in {path!r}: {_one_line(single)}"
-                return (f"cannot read {what} at entries {lo} to {hi - 1} of {path!r} (damaged bytes?): "
-                        f"{_one_line(single)}")
-        return f"cannot read entries {lo} to {hi - 1} of {path!r} (corrupt file?): {_one_line(err)}"
+                    return f"uproot cannot decode {what} in {path!r}: {why}"
+                return f"cannot read {what} at entries {lo} to {hi - 1} of {path!r} (damaged bytes?): {why}"
+        return (f"cannot read entries {lo} to {hi - 1} of {path!r} (corrupt file?): "
+                f"{uproot_errors.reason(err, f'entries {lo} to {hi - 1} of {path!r}')}")
 
     @staticmethod
     def _chunk(path: str, arrays: dict[str, Any], plan: Plan, entry: int, length: int,

@@ -192,7 +192,8 @@ def run_modules(modules: Mapping[str, Mapping[str, Any]], inputs: Mapping[str, A
             configuration spells it (``"HardEvent"``, ``"my_analysis.HardEvent"``, ``"package.module:Class"``).
         inputs: the source's columns by the keys the modules consume, one entry per event (as for
             :func:`run_module`); served from memory by a :class:`~.source.ColumnSource`.
-        path (list[str] | None): the order filters act in (default: the modules' order).
+        path (list[str] | None): the path, as in a configuration (default: every module, in the modules'
+            order): a filter off it selects nothing, an analyzer off it does not run.
         inference: an :class:`~.inference.InferenceClient` (a fake one), or ``services.inference`` settings
             from which the job builds, starts and stops the real service.
         options: the configuration's ``options`` (``events_per_call``, ``streams``, ``threads``, ``seed``).

@@ -120,9 +120,10 @@ def best_f1_metrics(em: np.ndarray, michel: np.ndarray, sample: Labelled) -> dic
     return {**classification_metrics(em, michel, sample.truth, sample.michel, cut), "michel_cut": cut}
 
 
-def f1(metrics: dict[str, float]) -> float:
+def f1(metrics: dict[str, float | None]) -> float:
+    """The Michel F1 score; 0 where efficiency or purity is undefined (no true or no tagged Michel hit)."""
     e, p = metrics["michel_efficiency"], metrics["michel_purity"]
-    return 2 * e * p / max(e + p, 1e-9)
+    return 0.0 if e is None or p is None else 2 * e * p / max(e + p, 1e-9)
 
 
 def fit(net: Any, sample: Labelled, validation: Labelled, args: argparse.Namespace, device: str,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...modules.protodune.metrics import michel_counts
+from ...modules.protodune.metrics import MichelRates
 from ...modules.protodune.michel import FEATURES, combine, hit_features
 from .dataset import event_patches
 from .export import MODELS, NAME
@@ -74,11 +74,11 @@ def best_f1_cut(score: np.ndarray, truth: np.ndarray) -> float:
 
 
 def efficiency_purity(tagged_truth: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
-    """Michel efficiency and purity summed over events (and their counts), from (tagged, truth) pairs."""
-    counts = np.sum([michel_counts(tagged, truth) for tagged, truth in tagged_truth], axis=0)
-    true_tagged, tagged, true = (int(c) for c in counts)
-    return {"michel_efficiency": true_tagged / max(true, 1), "michel_purity": true_tagged / max(tagged, 1),
-            "michel_hits": true, "tagged_hits": tagged}
+    """Michel efficiency and purity summed over events (and their counts), from (tagged, truth) pairs; a rate
+    with nothing to divide by is None (null in the report)."""
+    rates = sum((MichelRates.of(tagged, truth) for tagged, truth in tagged_truth), MichelRates(0, 0, 0))
+    return {"michel_efficiency": rates.efficiency, "michel_purity": rates.purity, "michel_hits": rates.true,
+            "tagged_hits": rates.tagged}
 
 
 def main(argv: list[str] | None = None) -> int:

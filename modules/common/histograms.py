@@ -11,9 +11,17 @@ import numpy as np
 from ...framework import Analyzer, InputTag, Param
 
 
-def all_values(value: Any) -> np.ndarray:
-    """Every number of a batch's scalars or jagged lists, flat (a histogram does not care which event)."""
+def all_values(value: Any, name: str = "the value") -> np.ndarray:
+    """Every number of a batch's scalars or jagged lists, flat (a histogram does not care which event).
+
+    Records (a leaf-list struct, a collection) are refused by ``name``: flattening them would mix every
+    field in one histogram.
+    """
     if isinstance(value, (ak.Array, ak.Record)):
+        if value.fields:
+            shown = ", ".join(value.fields[:6]) + (", ..." if len(value.fields) > 6 else "")
+            raise ValueError(f"{name!r} is a record of fields ({shown}), not numbers: histogram one field "
+                             f"(for a branch's leaf, src: {name}.{value.fields[0]})")
         return np.ravel(ak.to_numpy(ak.flatten(value, axis=None)))
     return np.ravel(value)
 
@@ -37,7 +45,7 @@ class Histogram1D(Analyzer):
         self.hist = hist.Hist.new.Reg(self.bins, self.low, self.high, name="x", label=self.title or self.src).Double()
 
     def analyze(self, events):
-        self.hist.fill(x=all_values(events.get(self.src)))
+        self.hist.fill(x=all_values(events.get(self.src), self.src))
 
     def histograms(self):
         return {self.name: self.hist}

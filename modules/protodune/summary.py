@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...framework import InputTag, Output, Param, Producer
-from .metrics import classification_metrics, michel_counts
+from .metrics import MichelRates, classification_metrics
+
+#: a per-event rate or count that is undefined: no truth in the file, or nothing to divide by (an event with no
+#: true Michel hit has no Michel efficiency); a float branch of the output cannot hold None, and NaN would
+#: poison every sum over events
+UNDEFINED = -1
 
 
 class EmTrkMichelSummary(Producer):
@@ -13,7 +18,10 @@ class EmTrkMichelSummary(Producer):
 
     The Michel decision is MichelHits' (the hit and its neighbourhood, ``michel:michel``) when the job
     runs it, else the CNN's own per-hit score. ``Hit_truth``/``Hit_michel`` are optional: on data
-    without truth the agreement fields are NaN and the true-Michel counts -1.
+    without truth the agreement fields and the true-Michel counts are -1 (:data:`UNDEFINED`); with truth, a
+    rate with nothing to divide by (no true Michel hit in the event, no hit tagged) is -1 too, while the
+    counts are what they are. Rates over several events are ratios of the counts' sums
+    (:meth:`~.metrics.MichelRates.from_summary`), defined as soon as one event has a true Michel hit.
     """
 
     scores = InputTag("emtrkmichel:scores", doc="EmTrkMichelId scores (track, em, none, michel) per hit")
@@ -24,9 +32,10 @@ class EmTrkMichelSummary(Producer):
     michel_cut = Param(float, 0.5, doc="Michel score above which a hit counts as Michel")
 
     summary = Output("per event: n_hits, n_track, n_em, n_none, n_michel (hits tagged Michel), "
-                     "track_vs_shower_accuracy, michel_efficiency, michel_purity (NaN without truth), "
-                     "n_michel_true, n_michel_true_tagged (-1 without truth: efficiency and purity over "
-                     "many events are ratios of their sums)")
+                     "track_vs_shower_accuracy, michel_efficiency, michel_purity, n_michel_true, "
+                     "n_michel_true_tagged (-1 without truth, and a rate -1 where it is undefined: no true "
+                     "Michel hit, no tagged hit; efficiency and purity over many events are ratios of the "
+                     "counts' sums)")
 
     def produce(self, event) -> None:
         s = event.get(self.scores)
@@ -39,14 +48,15 @@ class EmTrkMichelSummary(Producer):
         summary = {"n_hits": len(best), "n_track": int(counts[0]), "n_em": int(counts[1]), "n_none": int(counts[2]),
                    "n_michel": int(np.sum(tagged))}
         truth, michel = event.get(self.truth), event.get(self.michel_truth)
-        accuracy = efficiency = purity = float("nan")
-        true_tagged = n_true = -1
-        if truth is not None and michel is not None and len(best):
+        accuracy = efficiency = purity = float(UNDEFINED)
+        true_tagged = n_true = UNDEFINED
+        if truth is not None and michel is not None:
             metrics = classification_metrics(em_trk_none, michel_score, np.asarray(truth), np.asarray(michel),
                                              self.michel_cut)
-            accuracy, efficiency, purity = (metrics[k] for k in ("track_vs_shower_accuracy", "michel_efficiency",
-                                                                 "michel_purity"))
-            true_tagged, _, n_true = michel_counts(tagged, np.asarray(michel))
+            accuracy, efficiency, purity = (float(UNDEFINED) if metrics[k] is None else metrics[k]
+                                            for k in ("track_vs_shower_accuracy", "michel_efficiency", "michel_purity"))
+            rates = MichelRates.of(tagged, np.asarray(michel))
+            true_tagged, n_true = rates.true_tagged, rates.true
         summary.update(track_vs_shower_accuracy=accuracy, michel_efficiency=efficiency, michel_purity=purity,
                        n_michel_true=n_true, n_michel_true_tagged=true_tagged)
         event.put("summary", summary)

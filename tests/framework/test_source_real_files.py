@@ -222,3 +222,50 @@ def test_a_process_reads_delphes_names_from_yaml():
     chunk = next(process.source.chunks())
     same(chunk.columns["jets"].pt, plain(path, "Delphes", "Jet/Jet.PT"))
     same(chunk.columns["Jet.PT"], plain(path, "Delphes", "Jet/Jet.PT"))
+
+
+def test_an_undecodable_object_is_one_short_line_naming_branch_type_and_file(caplog):
+    """EDep-sim's ``std::map<std::string, std::vector<TG4HitSegment>>``: uproot's message (600+ characters, the
+    objects it was inside with their memory addresses, then the file and object again) is cut to its problem;
+    the whole of it goes to the debug log, which ``-v`` shows."""
+    path = data("uproot-issue510b.root")
+    # one entry: uproot's failed decode of some entries of this branch takes over 10 GB
+    source = RootSource(SourceConfig(files=[path], tree="EDepSimEvents", chunk_size=1, max_events=1),
+                        [Request("SegmentDetectors")])
+    with caplog.at_level("DEBUG", logger="sonic_hep.framework.uproot_errors"), pytest.raises(SourceError) as err:
+        next(source.chunks())
+    message = str(err.value)
+    assert message.startswith("uproot cannot decode branch 'SegmentDetectors' (type 'std::map<std::string, "
+                              f"std::vector<TG4HitSegment>>') in {path!r}: DeserializationError: attempting to get")
+    assert "\n" not in message and "0x" not in message and "in object" not in message and "while reading" not in message
+    assert len(message) - len(path) <= 200
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "uproot's full message" in logged and "while reading" in logged and "at 0x" in logged
+
+
+def test_a_tree_name_that_names_another_object_says_what_it_is():
+    """``tree: Header`` names a KM3NeT ``Head`` object that uproot cannot even decode; ``tree: hpx`` a histogram
+    (it stopped the job with an AttributeError)."""
+    for name, tree, what, trees in [("uproot-issue390.root", "Header", "Head", "['E']"),
+                                    ("uproot-hepdata-example.root", "hpx", "TH1F", "['ntuple']")]:
+        with pytest.raises(SourceError) as err:
+            RootSource(SourceConfig(files=[data(name)], tree=tree), [Request("x")])
+        assert str(err.value) == (f"{tree!r} in {data(name)!r} is a {what}, not a TTree or RNTuple; "
+                                  f"give source.tree one of {trees}")
+
+
+def test_sonic_run_prints_one_short_line_and_with_v_the_whole_of_uproots_message(sonic_cli, tmp_path):
+    config = tmp_path / "edepsim.yaml"
+    # one entry: uproot's failed decode of some entries of this branch takes over 10 GB
+    config.write_text(f"source: {{files: [{data('uproot-issue510b.root')}], tree: EDepSimEvents, chunk_size: 1, "
+                      "max_events: 1}\n"
+                      "modules: {h: {type: Histogram1D, src: SegmentDetectors}}\n"
+                      f"output: {{file: {tmp_path / 'out.root'}}}\n")
+    plain = sonic_cli("run", config, "--no-progress")
+    assert plain.returncode == 1
+    lines = plain.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sonic: error: uproot cannot decode branch 'SegmentDetectors'")
+    assert "0x" not in lines[0]
+    verbose = sonic_cli("run", config, "--no-progress", "-v")
+    assert verbose.returncode == 1
+    assert "uproot's full message: DeserializationError: while reading" in verbose.stderr

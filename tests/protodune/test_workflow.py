@@ -11,7 +11,7 @@ import uproot
 from sonic_hep.data.protodune.dataset import simulate
 from sonic_hep.framework import Process
 from sonic_hep.framework import config as cfgmod
-from sonic_hep.modules.protodune.metrics import classification_metrics
+from sonic_hep.modules.protodune.metrics import MichelRates, classification_metrics
 
 from tests.protodune.conftest import CPU_REPOSITORY, HELDOUT_SEED
 
@@ -50,6 +50,20 @@ def test_direct_job_scores_every_hit(direct_run, small_file):
     assert timing["patches"]["calls"] == 2 and timing["emtrkmichel"]["calls"] == 2
     requests = result.timing.report()["inference"]["models"]["emtrkmichelid"]["requests"]
     assert requests == sum(-(-int(n) // 235) for n in n_hits)  # batch_size 235: ceil(hits / 235) per event
+
+
+def test_small_events_summary_has_no_nan_and_says_their_michel_efficiency_is_undefined(direct_run, small_file):
+    """The two small events (random stream 5) hold no true Michel hit: their Summary gives the counts and -1 for
+    the efficiency, never NaN, and the rates over the job say "undefined" rather than a number."""
+    _, out = direct_run
+    summary = {k: np.asarray(v, dtype=float) for k, v in out.items() if k.startswith("Summary_")}
+    assert summary and not any(np.isnan(v).any() for v in summary.values())
+    with uproot.open(small_file) as f:
+        true = [int(np.sum(m)) for m in f["Events"]["Hit_michel"].array(library="np")]
+    assert summary["Summary_n_michel_true"].tolist() == true == [0, 0]
+    assert summary["Summary_michel_efficiency"].tolist() == [-1.0, -1.0]
+    rates = MichelRates.from_summary(out)
+    assert rates.true == 0 and rates.efficiency is None and "efficiency undefined" in rates.describe()
 
 
 @pytest.mark.triton

@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ....framework.config import parse_value
+from ....framework.yaml_reader import parse_value
 from ....framework.errors import ConfigError, did_you_mean
 from ....framework.settings import Problem, build
 from ..errors import GridError, SubmitError
