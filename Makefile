@@ -1,6 +1,6 @@
 # sonic-hep: two commands set everything up on a fresh machine (see README.md)
 #   make demo   install, generate sample events, run the MiniAOD workflow direct and through a local Triton server
-#   make test   install everything the tests need (pip, and Slurm, g++, XRootD, h2load from apt when missing) and run the test suite
+#   make test   install everything the tests need (pip, and Slurm, g++, XRootD, h2load, Prometheus, HAProxy from apt when missing) and run the test suite
 #   make docs   build the documentation site into build/site (mkdocs, strict: a broken link fails)
 PYTHON ?= python3
 VENV   ?= .venv

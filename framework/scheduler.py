@@ -119,7 +119,7 @@ class Scheduler:
         self.timing = timing
         self.seed = seed
         self._ready: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()  # None: a worker's signal to exit
-        self._done: queue.SimpleQueue[EventProgress | None] = queue.SimpleQueue()  # None: a worker failed
+        self._done: queue.SimpleQueue[BatchProgress | None] = queue.SimpleQueue()  # None: a worker failed
         self._failure: BaseException | None = None
         self._stopping = False
 

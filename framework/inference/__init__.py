@@ -8,9 +8,9 @@ where the model runs. This package's names are its public API; three rooms sit u
   ``producer.py``, ``service.py`` (the settings and the client they make), ``repository.py`` (Triton
   model repositories and the metadata modules read), ``onnx_specs.py``, ``model_digest.py`` (a model's
   identity), ``direct.py`` (onnxruntime in this process), ``fake.py`` (a scripted client for tests) and
-  what client and server share: ``server_spec.py`` (where a server is), ``keepalive.py``, ``owner.py``
-  (who owns a process: pid and start time), ``shm.py`` (system shared memory), ``tls_probe.py`` and
-  ``triton_errors.py`` (gRPC errors as sonic-hep errors);
+  what client and server share: ``server_spec.py`` (where a server is), ``keepalive.py``, ``compression.py``
+  (gRPC message compression, per model), ``owner.py`` (who owns a process: pid and start time), ``shm.py``
+  (system shared memory), ``tls_probe.py`` and ``triton_errors.py`` (gRPC errors as sonic-hep errors);
 * ``sonic/``, the SONIC client (server pool, breaker, connection, one module per transport);
 * ``serving/``, running Triton servers (one options type, launch, install, ownership, the registry);
 * ``backends/``, the code that runs inside a server (model repositories name its import path).
@@ -40,6 +40,7 @@ _LAZY = {
     "DirectClient": "direct", "use_client": "fake", "onnx_specs": "onnx_specs",
     "add_checksums": "model_digest", "RequestError": "triton_errors",
     "certificate_problem": "tls_probe", "server_tls": "tls_probe",
+    "Compression": "compression", "compress": "compression", "decompress": "compression",
 }
 
 

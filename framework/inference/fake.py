@@ -168,6 +168,11 @@ class FakeServer:
         self._lock = threading.Lock()
         self.received = 0
         self.closed = False
+        self.model_versions: dict[str, str] = {}  # pinned per model, as on a ServerConnection
+
+    def ready_versions(self, model: str) -> list[str]:
+        """Each model is ready in the version its ModelInfo names (1 for a model known only by its config)."""
+        return [str(self.models[model][0].version or 1)] if model in self.models else []
 
     def fail(self, status: str, message: str = "scripted failure", times: int = 1) -> FakeServer:
         """The next ``times`` requests fail with gRPC ``status`` (what the client then does is decided

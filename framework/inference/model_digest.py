@@ -86,6 +86,25 @@ def digest(files: Mapping[str, str]) -> str:
     return "md5:" + hashlib.md5(lines.encode()).hexdigest()
 
 
+def version_files(sums: Mapping[str, str], version: int | str) -> dict[str, str]:
+    """The sums of one version of a model, its version folder's files keyed relative to that folder
+    (``model.onnx``) and files outside any version folder as they are: what identifies a version whatever
+    number it is served under (a fleet may serve as ``2/`` the files a job holds as ``1/``)."""
+    out: dict[str, str] = {}
+    for rel, value in sums.items():
+        head, sep, rest = rel.partition("/")
+        if not (sep and head.isdigit()):
+            out[rel] = value
+        elif head == str(version):
+            out[rest] = value
+    return dict(sorted(out.items()))
+
+
+def version_digest(sums: Mapping[str, str], version: int | str) -> str:
+    """One string for one version's files (:func:`version_files`): equal for the same files under any number."""
+    return digest(version_files(sums, version))
+
+
 def model_digest(repository: ModelRepository, name: str) -> str:
     """The digest of a repository's model: of its files, or for an ensemble of its steps' digests (the
     steps are what runs)."""

@@ -11,11 +11,12 @@
         workers: 2                   # concurrent onnxruntime runs
         intra_op_threads: 1
         # sonic
-        servers: []                  # "host:port" or {address, port, ssl, root_certificates, ...}; --server
+        servers: []                  # "host:port" or {address, port, ssl, tls_ca, ...}; --server
         fleet: ""                    # a fleet directory (sonic fleet start): servers found there, joining and leaving
-        fleet_wait_s: 60             # wait this long for the fleet's first server before the fallback
-        fleet_tls: {}                # this client's private_key / certificate_chain (mutual TLS), root_certificates
-        fallback: true               # start a local Triton server when no server has a model
+        fleet_wait_s: 60             # wait this long for the fleet's first server
+        fleet_tls: {}                # this client's tls_client_cert / tls_client_key (mutual TLS), tls_ca
+        fallback: auto               # auto (a local Triton server only when the job names no server) | always
+                                     # (also when the named servers cannot serve a model) | never (sonic/fallback.py)
         fallback_server: {}          # options of that server (ServerOptions, server_options.py: the flags of
                                      # sonic server start with underscores): backend, cpus ("1" or "0-3": the
                                      # job keeps all of its own), strict, ort_threads, python, device ...
@@ -26,11 +27,16 @@
         breaker_max_backoff_s: 30    # the longest back-off
         keepalive_s: 3               # HTTP/2 ping after this long with nothing received (1 to 7200) ...
         keepalive_timeout_s: 3       # ... unanswered this long (1 to 600): the connection is dead (keepalive.py)
-        compression: none            # none | gzip | deflate
+        compression: none            # none | gzip | deflate: gRPC compression of requests (SonicTriton's choices)
+        model_compression: {}        # model: none | gzip | deflate, for that model's requests (wins over compression)
         shared_memory: auto          # auto (local servers, requests of 16 KiB or more) | on | off; only with a
                                      # server that proves it opens our regions (else the wire)
         transport: auto              # auto | native (compiled, on libnghttp2) | grpcio: what carries requests
-        model_versions: {}           # model: version to pin (default: the server's choice)
+        model_versions: {}           # model: version to pin (default: on each server, the version whose files
+                                     # are the job's copy's, or the one it took first: version_pins.py)
+        token_file: ""               # the bearer token's file; default: WLCG discovery (BEARER_TOKEN,
+                                     # BEARER_TOKEN_FILE, $XDG_RUNTIME_DIR/bt_u<uid>, /tmp/bt_u<uid>): sent over
+                                     # TLS or to loopback only (sonic/bearer_token.py)
 
 Module code is the same in both modes; only this section (or ``--inference``) changes.
 """
@@ -48,8 +54,10 @@ from ..paths import project_path
 from ..services import Service
 from ..settings import Problem, build, limits
 from .client import InferenceClient
+from .compression import Compression
 from .keepalive import MIN_TIME_S, TIME_S, TIMEOUT_S
 from .repository import ModelRepository
+from .server_spec import CLIENT_TLS, client_tls
 from .serving.server_options import fallback_server
 
 
@@ -67,7 +75,7 @@ class InferenceConfig:
     fleet: str = ""
     fleet_wait_s: float = field(default=60.0, metadata=limits(min=0))
     fleet_tls: dict[str, str] = field(default_factory=dict)
-    fallback: bool = True
+    fallback: str = field(default="auto", metadata=limits(choices=("auto", "always", "never")))
     fallback_server: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = field(default=60.0, metadata=limits(positive="seconds"))
     allowed_tries: int = field(default=3, metadata=limits(min=1))
@@ -78,9 +86,11 @@ class InferenceConfig:
                                                                 hint=" (servers refuse more frequent pings)"))
     keepalive_timeout_s: float = field(default=TIMEOUT_S, metadata=limits(positive="seconds", min=1, max=600))
     compression: str = field(default="none", metadata=limits(choices=("none", "gzip", "deflate")))
+    model_compression: dict[str, str] = field(default_factory=dict)
     shared_memory: str = field(default="auto", metadata=limits(choices=("auto", "on", "off")))
     transport: str = field(default="auto", metadata=limits(choices=("auto", "native", "grpcio")))
     model_versions: dict[str, int] = field(default_factory=dict)
+    token_file: str = ""
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> InferenceConfig:
@@ -92,9 +102,12 @@ class InferenceConfig:
         def prepare(key: str, value: Any, tp: Any) -> Any:
             if key == "shared_memory" and isinstance(value, bool):  # YAML reads a bare on/off as true/false
                 return "on" if value else "off"
+            if key == "fallback" and isinstance(value, bool):  # the setting's values before it had three
+                return "always" if value else "never"
             return [value] if key == "repository" and isinstance(value, str) else value  # one folder as a list
 
         config = build(cls, raw, error=error, prepare=prepare)
+        Compression(config.compression, config.model_compression)  # an unknown algorithm named with its model
         options = fallback_server(config.fallback_server)  # checked now, before the job starts one
         config.fallback_server = {key: getattr(options, key) for key in config.fallback_server}
         return config
@@ -131,7 +144,7 @@ def make_client(config: InferenceConfig) -> InferenceClient:
     return SonicClient.from_config(config, repository)
 
 
-FLEET_TLS_KEYS = frozenset({"root_certificates", "private_key", "certificate_chain"})
+FLEET_TLS_KEYS = frozenset({*CLIENT_TLS, *CLIENT_TLS.values()})
 
 
 def _fleet_client(config: InferenceConfig, repository: ModelRepository | None) -> InferenceClient:
@@ -140,19 +153,27 @@ def _fleet_client(config: InferenceConfig, repository: ModelRepository | None) -
     from dataclasses import replace
 
     from .serving.fleet_directory import FLEET_FILE, discover, wait_for_servers
+    from .serving.fleet_use import FleetUse
     from .sonic.client import SonicClient
+    from .triton_errors import NoServerError
 
     unknown = set(config.fleet_tls) - FLEET_TLS_KEYS
     if unknown:
-        raise ConfigError(f"unknown keys {sorted(unknown)}; known: {sorted(FLEET_TLS_KEYS)}",
+        raise ConfigError(f"unknown keys {sorted(unknown)}; known: {sorted(CLIENT_TLS)}",
                           key="services.inference.fleet_tls")
+    fleet_tls = client_tls(config.fleet_tls, "services.inference.fleet_tls")
     if not (Path(config.fleet) / FLEET_FILE).is_file():
         raise ConfigError(f"{config.fleet!r} is not a fleet directory (no {FLEET_FILE}); start one with "
                           f"`sonic fleet start {config.fleet}`", key="services.inference.fleet")
     entries = wait_for_servers(config.fleet, config.fleet_wait_s)
-    found = [entry.spec(config.fleet_tls) for entry in entries]
+    if not entries and not config.servers and config.fallback != "always":  # named, and nobody to serve (fallback.py)
+        raise NoServerError(f"fleet {config.fleet} has no live server after {config.fleet_wait_s:.0f} s (`sonic fleet "
+                            f"status {config.fleet}` shows why); services.inference.fallback: always would start a "
+                            f"local CPU server instead")
+    found = [entry.spec(fleet_tls) for entry in entries]
     client = SonicClient.from_config(replace(config, servers=[*config.servers, *found]), repository)
-    client.pool.follow(discover(config.fleet, config.fleet_tls))
+    client.pool.follow(discover(config.fleet, fleet_tls))
+    client.pool.pins.watch(FleetUse(config.fleet))  # the fleet keeps the versions this job uses (fleet_use.py)
     return client
 
 

@@ -29,6 +29,8 @@ ACTIONS: dict[str, Action] = {
     "UNAVAILABLE": "failover",        # connection refused or dropped: the server is down
     "NOT_FOUND": "failover",          # model not loaded on this server
     "UNIMPLEMENTED": "failover",
+    "UNAUTHENTICATED": "failover",    # a proxy refused the job's bearer token: sending it again cannot help;
+    "PERMISSION_DENIED": "failover",  # another server may not ask for it (bearer_token.py says what to fix)
     "INVALID_ARGUMENT": "fatal",      # shape, dtype or name wrong: the same everywhere
     "INTERNAL": "fatal",              # the model raised an error for this input (see SERVER_TROUBLE)
     "DEADLINE_EXCEEDED": "retry",     # no answer in time (enforced locally, connection.py)

@@ -63,11 +63,12 @@ class WaitForFile(Producer):
 
     path = Param(str, doc="file whose existence releases the events")
     timeout_s = Param(float, 300.0, doc="give up (and fail the event) after this many seconds")
+    from_event = Param(int, 0, doc="hold only the events from this index on (the job runs that many first)")
     value = Output("int: the event index")
 
     def produce(self, event):
         deadline = time.monotonic() + self.timeout_s
-        while not os.path.exists(self.path):
+        while event.index >= self.from_event and not os.path.exists(self.path):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.path} did not appear within {self.timeout_s} s")
             time.sleep(0.05)

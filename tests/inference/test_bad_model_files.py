@@ -111,6 +111,30 @@ def test_each_bad_file_is_one_model_left_out_with_its_reason_and_the_good_one_is
 
 
 @pytest.mark.triton
+def test_a_clients_error_for_a_model_the_server_could_not_load_carries_the_servers_reason(server, repository):
+    """A model the server lists but cannot serve: the job's error says why, as the server's repository index
+    does (``sonic server status``), not only that the server "does not have it"."""
+    from sonic_hep.framework.inference.triton_errors import NoServerError
+    from tests.inference.conftest import sonic_client
+
+    name = "bad_truncated"
+    info = ModelRepository([str(repository)]).get(name)
+    write_entry(info, server.workdir / "repository" / name, info.config)
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        with pytest.raises(InferenceServerException):
+            client.load_model(name)
+    client = sonic_client([server.grpc_url], repository=ModelRepository([str(repository)]), shared_memory="off")
+    try:
+        with pytest.raises(NoServerError) as caught:
+            client.infer(name, {"x": np.zeros((1, 16), np.float32)})
+    finally:
+        client.close()
+    message = str(caught.value)
+    assert f"{server.grpc_url}: has it but cannot serve it (UNAVAILABLE: " in message, message
+    assert BAD[name] in message and "does not have it" not in message
+
+
+@pytest.mark.triton
 def test_the_backend_itself_refuses_each_bad_file_and_the_server_serves_on(server, repository):
     """The files loaded into the running server reach the backend (native: backend.cc; python-based:
     model.py): each load fails alone, naming the file and why, and shows in the repository index."""
@@ -149,7 +173,6 @@ def test_sonic_server_start_serves_the_good_model_and_status_names_the_bad_one(r
     try:
         first = started.stdout.readline()
         assert first.startswith("Triton server ready: grpc "), first
-        url = first.split()[4]
         record = json.loads(next((tmp_path / "state").glob("*.json")).read_text())
         assert record["models"] == [GOOD] and "is truncated" in record["skipped"]["bad_truncated"]
         status = subprocess.run([*cmd, "status"], env=env, capture_output=True, text=True, timeout=60)

@@ -110,7 +110,7 @@ def test_a_job_whose_only_server_dies_finishes_on_the_fallback(tmp_path):
     try:
         watcher = kill_after(server, 100)
         process = run(str(tmp_path / "sonic.root"), "services.inference.mode=sonic",
-                      f"services.inference.servers=['{server.grpc_url}']",
+                      f"services.inference.servers=['{server.grpc_url}']", "services.inference.fallback=always",
                       f"services.inference.fallback_server={{workdir: '{tmp_path / 'fallback'}'}}")
         watcher.join()
     finally:

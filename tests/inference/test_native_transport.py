@@ -95,7 +95,7 @@ def test_a_server_killed_under_open_calls_fails_them_unavailable_and_a_new_serve
 
 def test_auto_uses_grpcio_with_one_notice_where_the_native_transport_is_unavailable(monkeypatch, caplog):
     """No compiler or no libnghttp2: ``auto`` says why once and uses grpcio; ``native`` is then an error naming
-    the setting; TLS and compression always go through grpcio."""
+    the setting; TLS always goes through grpcio, compression no longer does (both transports compress)."""
     def unavailable():
         raise native.TransportUnavailable("no C++ compiler (apt-get install g++, or set CXX)")
 
@@ -114,9 +114,7 @@ def test_auto_uses_grpcio_with_one_notice_where_the_native_transport_is_unavaila
         ServerConnection(spec, transport="native")
     monkeypatch.undo()
     assert ServerConnection(spec).transport == "native"
-    assert ServerConnection(spec, compression="gzip").transport == "grpcio"
-    with pytest.raises(ConfigError, match="it does not compress"):
-        ServerConnection(spec, compression="gzip", transport="native")
+    assert ServerConnection(spec, compression="gzip").transport == "native"
     with pytest.raises(ConfigError, match="transport must be auto, native or grpcio, not 'h3'"):
         ServerConnection(spec, transport="h3")
 

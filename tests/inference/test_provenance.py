@@ -53,7 +53,8 @@ def test_a_job_whose_only_server_has_other_weights_records_its_fallback(tmp_path
     write_mlp(tmp_path / "repo", seed=7)
     mine = ModelRepository([tmp_path / "repo"])
     meta = _run(sonic_cli, tmp_path / "fallback.root", "--inference", "sonic", "--server", demo_server.grpc_url,
-                "-p", f"services.inference.repository=[{tmp_path / 'repo'}]")
+                "-p", f"services.inference.repository=[{tmp_path / 'repo'}]",
+                "-p", "services.inference.fallback=always")  # a server is named: the fallback must be asked for
     entry = meta["provenance"]["inference"]["demo_mlp"]
     assert entry["mode"] == "fallback" and demo_server.grpc_url not in entry["answers"]
     assert entry["digest"] == model_digest(mine, "demo_mlp") != model_digest(ModelRepository([DEMO_REPOSITORY]),

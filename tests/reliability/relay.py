@@ -10,6 +10,8 @@ on. A connection made while paused is accepted (the kernel completes the handsha
     with Relay(server.grpc_url) as relay:       # clients use relay.address instead of the server's
         relay.pause()                           # a silent partition ...
         relay.resume()                          # ... healed
+        relay.stall_after(2000)                 # the next 2,000 bytes to the server pass, then a partition
+        relay.forwarded                         # bytes moved so far: {"up": to the server, "down": back}
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ class Relay:
     """Relays every connection made to :attr:`address` (``127.0.0.1:PORT``) to ``target`` (``HOST:PORT``).
 
     One thread accepts; each connection gets one thread per direction that reads a chunk, waits while the relay
-    is paused, then writes it on (a chunk read just before :meth:`pause` is held, not delivered).
+    is paused, then writes it on (a chunk read just before :meth:`pause` is held, not delivered). What moved is
+    counted per direction in :attr:`forwarded` (bytes of the application's stream, not of packets).
     """
 
     def __init__(self, target: str):
@@ -36,6 +39,9 @@ class Relay:
         self._sockets: list[socket.socket] = []
         self._closed = False
         self.connections = 0  # accepted so far
+        self.forwarded = {"up": 0, "down": 0}  # bytes written on to the target ("up") and back to clients
+        self.held = 0  # bytes of the chunk that a stall cut, held until resumed
+        self._budget: int | None = None  # bytes "up" that may still pass before a stall (stall_after)
         threading.Thread(target=self._accept, name=f"relay-{self.address}", daemon=True).start()
 
     def pause(self) -> None:
@@ -43,7 +49,15 @@ class Relay:
         self._flowing.clear()
 
     def resume(self) -> None:
+        with self._lock:
+            self._budget, self.held = None, 0
         self._flowing.set()
+
+    def stall_after(self, nbytes: int) -> None:
+        """Lets ``nbytes`` more bytes go to the target, then pauses as :meth:`pause` does, in the middle of a
+        chunk if that is where the count runs out: a link that stalls in the middle of a message."""
+        with self._lock:
+            self._budget = nbytes
 
     @property
     def paused(self) -> bool:
@@ -54,13 +68,13 @@ class Relay:
         with self._lock:
             self._closed = True
             sockets, self._sockets = self._sockets, []
-        self._flowing.set()  # pumps holding a chunk finish (their writes fail on closed sockets)
         for sock in [self._listener, *sockets]:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             sock.close()
+        self._flowing.set()  # pumps holding a chunk finish: their writes fail on the closed sockets, nothing held goes
 
     def _accept(self) -> None:
         while True:
@@ -83,10 +97,10 @@ class Relay:
                     return
                 self._sockets += [client, upstream]
                 self.connections += 1
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, direction in ((client, upstream, "up"), (upstream, client, "down")):
+                threading.Thread(target=self._pump, args=(source, sink, direction), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, direction: str) -> None:
         while True:
             try:
                 data = source.recv(1 << 16)
@@ -97,9 +111,32 @@ class Relay:
                 if not data:  # the source closed: pass the end on (after a pause, like any byte)
                     sink.shutdown(socket.SHUT_WR)
                     return
-                sink.sendall(data)
+                if direction == "up":
+                    passing = self._spend(len(data))
+                    if passing < len(data):  # the stall: the head goes, the rest waits for resume
+                        self._send(sink, data[:passing], direction)
+                        self._flowing.wait()
+                        data = data[passing:]
+                self._send(sink, data, direction)
             except OSError:
                 return
+
+    def _spend(self, size: int) -> int:
+        """Bytes of a chunk of ``size`` that may go up before a stall; the stall begins when the budget is spent."""
+        with self._lock:
+            if self._budget is None:
+                return size
+            passing = min(size, self._budget)
+            self._budget -= passing
+            if self._budget == 0:
+                self._budget, self.held = None, size - passing
+                self._flowing.clear()
+            return passing
+
+    def _send(self, sink: socket.socket, data: bytes, direction: str) -> None:
+        with self._lock:  # counted first: whoever has read bytes finds them counted
+            self.forwarded[direction] += len(data)
+        sink.sendall(data)
 
     def __enter__(self) -> Relay:
         return self

@@ -72,7 +72,8 @@ def test_six_jobs_survive_a_killed_and_a_stopped_server(tmp_path):
             fallback = f"services.inference.fallback_server={{workdir: '{tmp_path / f'fallback-{i}'}', models: [demo_mlp]}}"
             args = ["-o", str(outputs / f"job-{i}.root"), "--timing-json", str(timings / f"job-{i}.json"),
                     "--inference", "sonic", "--server", first.grpc_url, "--server", second.grpc_url,
-                    *[f"-p={s}" for s in SETTINGS], f"-p={fallback}"]
+                    *[f"-p={s}" for s in SETTINGS], f"-p={fallback}",
+                    "-p=services.inference.fallback=always"]  # servers are named: the fallback must be asked for
             with open(logs / f"job-{i}.log", "w") as log:  # a file, so the test can read it while the job runs
                 jobs.append(subprocess.Popen(sonic_run(*args), stdout=subprocess.DEVNULL, stderr=log, text=True))
 

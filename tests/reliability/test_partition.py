@@ -165,3 +165,32 @@ def test_servers_we_start_accept_the_clients_pings_through_a_long_call(servers):
     finally:
         for connection in connections:
             connection.close()
+
+
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+def test_a_link_that_stalls_in_the_middle_of_a_request_fails_over(servers, direct, transport):
+    # the relay lets the first 2,000 bytes of the next requests pass and then stops, both ways, without closing:
+    # the server holds half a message (a request of 128 rows is ~8 KiB), the client's connection is open and silent
+    first, second = servers
+    with Relay(first.grpc_url) as relay:
+        client = make_client([relay.address, second.grpc_url], transport)
+        try:
+            warm = np.zeros((1, 16), np.float32)
+            wait_for(lambda: client.infer("demo_mlp", {"x": warm}).result(TIMEOUT_S) is not None
+                     and served(client, relay.address) >= 1, what="a request answered through the relay")
+            base = relay.forwarded["up"]
+            relay.stall_after(2000)
+            rng = np.random.default_rng(3)
+            sent = [(x, client.infer("demo_mlp", {"x": x}))
+                    for x in (rng.standard_normal((128, 16)).astype(np.float32) for _ in range(6))]
+            wait_for(lambda: relay.paused, timeout=30, what="the stall")
+            assert relay.held > 0 and relay.forwarded["up"] - base == 2000  # cut inside a chunk: mid-message
+            state = client.pool.states[0]
+            wait_for(lambda: state.breaker.opened >= 1, timeout=45, what="the stalled server out of rotation")
+            assert dead_by_keepalive(state.reason) and "DEADLINE" not in state.reason, state.reason
+            check_answers(sent, direct)  # every request answered, the stalled ones by the other server
+            assert not client.deadlines, client.deadlines
+            counts = client.counters.as_dict()["demo_mlp"]
+            assert counts["failures"] == 0 and counts["failovers"] >= 1, counts
+        finally:
+            client.close()  # and the relay closes still stalled: the server never gets the rest of the message

@@ -66,6 +66,7 @@ from ...framework.inference.serving import write_entry
 from ...framework.inference.serving import TritonServer
 from ...framework.inference import InferenceConfig, make_client, resolve_repository
 from ._report import BenchReport, header
+from ._served_time import steady_throughput, time_table
 from ...framework.paths import shared_folder
 
 #: the shared folder beside a development checkout (CMS's models; absent in a user's checkout)
@@ -295,13 +296,18 @@ def write_served_repository(entries: dict[str, ModelInfo], dest: Path, max_batch
     return ModelRepository([dest])
 
 
+def same_card(device: str) -> list[int] | None:
+    """The served GPU modes' card: the position of torch's ``cuda:N`` (``cuda``: 0); None on the CPU."""
+    if not device.startswith("cuda"):
+        return None
+    return [int(device.partition(":")[2] or 0)]
+
+
 def served_throughput(client: Any, name: str, inputs: dict[str, np.ndarray], rows: int, in_flight: int,
                       seconds: float) -> dict[str, float]:
-    """Rows per second with ``in_flight`` requests of ``rows`` rows sent together and awaited together."""
-    def wave() -> list[dict[str, np.ndarray]]:
-        return gather([client.infer(name, inputs) for _ in range(in_flight)]).result()
-
-    return throughput(wave, rows * in_flight, seconds)  # ms_per_call: one wave of in_flight requests
+    """Rows per second with ``in_flight`` requests of ``rows`` rows always in flight, as a fleet's jobs keep a
+    server busy, and where a request's time went (``_served_time.py``; ms_per_call: one request's latency)."""
+    return steady_throughput(client, name, inputs, rows, in_flight, seconds)
 
 
 # -- measuring --------------------------------------------------------------------------------------------
@@ -383,7 +389,7 @@ def markdown(report: dict[str, Any]) -> str:
                    f"({', '.join(f'{k}={v:g}' for k, v in report['per_event'].items())})",
                    f"Max |Δ|: against onnxruntime on the CPU (DeepMET: relative to its largest |output|); "
                    f"fp16 counts when ≤ {report['fp16_tolerance']:g}")
-    lines += summary(report["rows"])
+    lines += summary(report["rows"]) + time_table(report["rows"])
     for model in dict.fromkeys(r["model"] for r in report["rows"]):
         rows = [r for r in report["rows"] if r["model"] == model]
         unit = rows[0]["unit"]
@@ -448,7 +454,8 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: per model, each mode's best throughput (and its batch), and served ÷ CPU at their bests."""
     modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
     lines = ["## Summary: best throughput of each mode (rows/s at batch)", "",
-             "| model | " + " | ".join(modes) + " | served ÷ CPU |", "|---|" + "---:|" * (len(modes) + 1)]
+             "| model | " + " | ".join(modes) + " | served ÷ CPU | served ÷ GPU fp32 |",
+             "|---|" + "---:|" * (len(modes) + 2)]
     for model in dict.fromkeys(r["model"] for r in rows):
         best = {}
         for mode in modes:
@@ -459,7 +466,9 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         cells = [f"{best[m]['inferences_per_s']:,.0f} @ {best[m]['batch']}" if m in best else "–" for m in modes]
         ratio = (f"{best['served-gpu']['inferences_per_s'] / best['cpu-onnxruntime']['inferences_per_s']:.1f}×"
                  if "served-gpu" in best and "cpu-onnxruntime" in best else "–")
-        lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} |")
+        direct = (f"{best['served-gpu']['inferences_per_s'] / best['gpu-torch-fp32']['inferences_per_s']:.2f}"
+                  if "served-gpu" in best and "gpu-torch-fp32" in best else "–")
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {ratio} | {direct} |")
     return lines + [""]
 
 
@@ -532,8 +541,10 @@ def run(args: argparse.Namespace) -> int:
             repository = write_served_repository(served, Path(tmp) / "repository", max(batches), args.instances,
                                                  args.served_precision)
             try:
+                # on the in-process modes' card alone: a KIND_GPU count is per card, and a server that saw every
+                # card of a multi-GPU machine ran --instances on each (served against one card, measured on four)
                 server = TritonServer(repository, device=device, workdir=Path(tmp) / "server", ort_threads=args.ort_threads,
-                                      strict=True).start()
+                                      strict=True, gpus=same_card(args.device)).start()
                 client = make_client(InferenceConfig(mode="sonic", repository=[str(Path(tmp) / "repository")],
                                                      servers=[server.grpc_url],
                                                      fallback=False, timeout_s=300.0))

@@ -119,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--other-kind", choices=("sleep", "busy"), default="sleep")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="the servers' device")
     parser.add_argument("--repository", help="model repository (default: the workflow's for --device)")
-    parser.add_argument("--server-threads", type=int, default=1, help="onnxruntime threads per model instance")
+    parser.add_argument("--ort-threads", type=int, default=1, help="onnxruntime threads per model instance of each server")
     parser.add_argument("--shared-memory", choices=("auto", "on", "off"), default="auto")
     parser.add_argument("--point-timeout", type=float, default=300.0, help="seconds one point may take")
     parser.add_argument("--knee-at", type=float, metavar="K",
@@ -144,7 +144,8 @@ def job_main(spec_path: str) -> int:
                  "options.threads=1", "options.progress=false", "output.file=null", "services.inference.mode=sonic",
                  f"services.inference.servers=[{','.join(spec['servers'])}]", "services.inference.fallback=false",
                  f"services.inference.repository=[{spec['repository']}]",
-                 f"services.inference.shared_memory='{spec['shared_memory']}'"]  # quoted: YAML reads off as false
+                 f"services.inference.shared_memory='{spec['shared_memory']}'",  # quoted: YAML reads off as false
+                 *spec.get("overrides", [])]  # the caller's own settings last (e.g. the network bench's keepalive)
     if spec["workflow"] == "protodune":
         overrides.append("source.chunk_size=1")  # full events are ~130 MB of patches each: one at a time
     cfg = cfgmod.load(WORKFLOWS[spec["workflow"]][0], overrides)
@@ -156,6 +157,21 @@ def job_main(spec_path: str) -> int:
     cfg.output.products = [*cfg.output.products, "other:value"]  # kept (not pruned) though nothing is written
     Process(cfg).run(timing_json=spec["timing"], progress=False)
     return 0
+
+
+def node_placement(servers: int, device: str) -> list[list[int] | None]:
+    """Each local server's cards: on a GPU machine an equal slice of the cards this process may use (one server
+    per card where there are as many), so that no two servers put their instances on one card unless there are
+    more servers than cards (said once); None (every card, or a CPU server) where no card is found."""
+    from ...framework.inference.serving import available_cards, node_shares
+
+    cards = available_cards() if device == "gpu" else []
+    if not cards:
+        return [None] * servers
+    shares, note = node_shares(servers, cards)
+    if note:
+        print(f"note: {note}", flush=True)
+    return list(shares)
 
 
 def model_instances(repository: str) -> int:
@@ -655,7 +671,7 @@ def choose_other_ms(args: argparse.Namespace, repository: str, path: str | None,
     pilot of N=1 and N=16 on one server with the given ``--other-ms``; returns the pilot."""
     from ...framework.inference.serving import TritonServer
 
-    server = TritonServer([repository], device=args.device, ort_threads=args.server_threads)
+    server = TritonServer([repository], device=args.device, ort_threads=args.ort_threads)
     try:
         server.start()
         points = [measure_point(n, [server], args, repository, path, work) for n in (1, 16)]
@@ -685,7 +701,8 @@ def run(args: argparse.Namespace) -> int:
     work = out / "jobs"
     pilot = choose_other_ms(args, repository, path, out / "pilot") if args.knee_at else None
     for count in sorted(set(args.servers)):
-        servers = [TritonServer([repository], device=args.device, ort_threads=args.server_threads) for _ in range(count)]
+        servers = [TritonServer([repository], device=args.device, ort_threads=args.ort_threads, gpus=gpus)
+                   for gpus in node_placement(count, args.device)]
         try:
             for server in servers:
                 server.start()

@@ -163,12 +163,13 @@ def split_in_flight(in_flight: int, connections: int) -> tuple[int, int]:
     return clients, math.ceil(in_flight / clients)
 
 
-def run_h2load(url: str, body_file: Path, requests: int, clients: int, streams: int, log_file: Path) -> dict[str, Any]:
-    """One h2load run of ``requests`` posts of the prepared body; its counts, elapsed time, per-request times
-    (µs) and its own CPU time."""
+def run_h2load(url: str, body_file: Path, requests: int, clients: int, streams: int, log_file: Path,
+               headers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One h2load run of ``requests`` posts of the prepared body (with ``headers`` beside gRPC's own, e.g. an
+    ``authorization`` a proxy checks); its counts, elapsed time, per-request times (µs) and its own CPU time."""
     cmd = [h2load_program(), "-n", str(requests), "-c", str(clients), "-m", str(streams), "-t", "1",
            f"--data={body_file}", f"--log-file={log_file}"]
-    for grpc_header in GRPC_HEADERS:
+    for grpc_header in (*GRPC_HEADERS, *headers):
         cmd += ["-H", grpc_header]
     cmd.append(f"http://{url}{INFER_PATH}")
     log_file.unlink(missing_ok=True)  # h2load appends to an existing log

@@ -23,6 +23,7 @@ examples:
   sonic bench protodune --scale small --events 3 --out build/bench-protodune-small
   sonic bench scale --workflow miniaod --jobs 1 2 4 8 --servers 1 2 --other-ms 60
   sonic bench gpu-models --batch-sizes 1,16,64,256,1024
+  sonic bench network --quick                 # servers a shaped link away (root: network namespaces)
 
 'sonic bench NAME --help' lists the options of one benchmark."""
 

@@ -10,8 +10,10 @@ event and the models' shapes (``--repository``; a shipped repository such as ``d
 any working directory), or ``--bytes-per-event``.
 
 The knee is where the time per event starts to rise: the flat line (one job alone) times the most events
-per second the server, or the host's cores when jobs share them (``--host-cores``), let through; the
-report says which bound applies (see ``workflows/grid/plan.py``).
+per second the server, the host's cores when jobs share them (``--host-cores``), or the link they share
+(``--link-gbps``) let through; the report says which bound applies (see ``workflows/grid/plan.py``).
+``--rtt-ms`` plans for jobs that far from servers measured close to them (bytes ÷ rate and round trips added
+to a job's time alone).
 
 ``--json`` prints the plan as JSON instead of text (``--json FILE`` writes it there and prints the text).
 ``--simulate`` adds a discrete-event simulation (``workflows/grid/simulate.py``) of ``--jobs`` jobs on
@@ -24,6 +26,7 @@ Examples::
     sonic plan job.json --json                                        # the plan as JSON on stdout
     sonic plan job.json --host-cores 2 --server-on-host               # jobs and a CPU server on 2 cores
     sonic plan job.json --simulate --jobs 10 50 100 --servers 2 --max-batch 4 --queue-delay-ms 1
+    sonic plan job.json --link-gbps 1 --rtt-ms 50                     # jobs 50 ms away on a 1 Gb/s link
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import Any
 
 from ...framework.inference import resolve_repository
 from ..grid.errors import GridError
+from ..grid.compression_pays import CompressionPays, compression_pays
+from ..grid.compression_pays import report_lines as compression_lines
 from ..grid.plan import Measurement, Plan, bytes_from_repository, measure, plan, report
 
 
@@ -63,10 +68,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "bounds the knee)")
     parser.add_argument("--cpu-ms-per-event", type=float, metavar="MS",
                         help="a job's CPU time per event (default: CPU time / events of the job reports)")
+    parser.add_argument("--rtt-ms", type=float, metavar="MS",
+                        help="plan for jobs this round trip away from servers measured close to them: a job alone "
+                             "also waits B / link rate and --round-trips round trips per event (and so does --simulate)")
+    parser.add_argument("--round-trips", type=float, default=1.0, metavar="R",
+                        help="round trips an event waits in turn (default: 1, its requests sent together)")
     parser.add_argument("--server-on-host", action="store_true",
                         help="a CPU server computes on those same cores: its compute per event counts as host CPU")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="the plan as JSON: on stdout instead of the text, or written to FILE")
+    packed = parser.add_argument_group("compression (sonic bench compression measures both numbers)")
+    packed.add_argument("--compression-ratio", type=float, metavar="R",
+                        help="bytes on the wire without gRPC compression / with it: the plan says below which "
+                             "link rate per job compressing pays")
+    packed.add_argument("--compression-cpu-ms-per-event", type=float, metavar="MS",
+                        help="CPU that compression adds per event, job and server together")
     sim = parser.add_argument_group("simulation (--simulate)")
     sim.add_argument("--simulate", action="store_true", help="simulate jobs, servers and the link (see above)")
     sim.add_argument("--jobs", type=int, nargs="+", metavar="J", help="jobs to simulate (default: around the knee)")
@@ -144,13 +160,19 @@ def main(args: argparse.Namespace) -> int:
                 raise GridError("--server-on-host needs the server time per event (--server-ms-per-event or reports)")
             host_cpu += server_s
             sources["c_host"] += " + the server's compute per event"
+    fraction = args.sent_fraction if args.sent_fraction is not None else (job.sent_fraction if job else None)
     result = plan(other, server_s, bytes_per_event, args.link_gbps, args.link_utilisation, args.server_utilisation,
-                  latency, cores=args.host_cores, host_cpu_s_per_event=host_cpu)
+                  latency, cores=args.host_cores, host_cpu_s_per_event=host_cpu, sent_fraction=fraction,
+                  rtt_s=None if args.rtt_ms is None else args.rtt_ms / 1000, round_trips=args.round_trips)
     document: dict[str, Any] = {**result.as_dict(), "sources": sources,
                                 "job_reports": list(job.sources) if job else [],
                                 "server_reports": list(server.sources) if server else [],
                                 "measurement": job.__dict__ if job else None}
     text = report(result, job, server, sources)
+    if args.compression_ratio is not None or args.compression_cpu_ms_per_event is not None:
+        verdict = compression(args, result)
+        document["compression"] = verdict.as_dict()
+        text += "\n" + "\n".join(compression_lines(verdict, args.link_gbps, result.link_job_cap))
     if args.simulate:
         document["simulation"] = simulation(args, result, job)
         text += "\n" + simulation_text(document["simulation"])
@@ -171,6 +193,17 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+def compression(args: argparse.Namespace, result: Plan) -> CompressionPays:
+    """Whether gRPC compression pays for these jobs (``workflows/grid/compression_pays.py``)."""
+    if args.compression_ratio is None or args.compression_cpu_ms_per_event is None:
+        raise GridError("give both --compression-ratio and --compression-cpu-ms-per-event (sonic bench compression "
+                        "measures them)")
+    if not result.bytes_per_event:
+        raise GridError("--compression-ratio needs the bytes per event: job reports that count them, --repository "
+                        "or --bytes-per-event")
+    return compression_pays(result.bytes_per_event, args.compression_ratio, args.compression_cpu_ms_per_event / 1000)
+
+
 def simulation(args: argparse.Namespace, result: Plan, job: Measurement | None) -> dict[str, Any]:
     """The simulated scenarios (one per ``--jobs``) from the plan's measured inputs."""
     from ..grid.simulate import Scenario, from_measurement, simulate
@@ -188,8 +221,10 @@ def simulation(args: argparse.Namespace, result: Plan, job: Measurement | None) 
                                 service_cv=args.service_cv, other_cv=args.other_cv, events=args.events,
                                 cores=round(result.cores or 0), cpu_s=min(job_cpu, result.other_s_per_event),
                                 server_on_cores=bool(args.server_on_host and result.cores),
-                                link_gbps=None if args.no_link or not result.bytes_per_event else args.link_gbps)
-    knee = min((result.knee_jobs_per_server or 1.0) * args.servers, result.host_knee_jobs or float("inf"))
+                                link_gbps=None if args.no_link or not result.bytes_per_event else args.link_gbps,
+                                rtt_s=(args.rtt_ms or 0.0) * args.round_trips / 1000)
+    knee = min((result.knee_jobs_per_server or 1.0) * args.servers, result.host_knee_jobs or float("inf"),
+               result.link_knee_jobs or float("inf"))
     jobs = args.jobs or sorted({max(1, round(knee * f)) for f in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)})
     runs = [simulate(Scenario(jobs=j, **settings)).as_dict() for j in jobs]
     return {"settings": settings, "runs": runs}

@@ -186,7 +186,9 @@ def stop(args: argparse.Namespace) -> int:
         supervisor = supervisor_of(record)
         if supervisor is None:  # told as stale above, nothing signalled
             continue
-        deadline = time.monotonic() + args.timeout
+        # by default as long as the server's own bound (server_stop.py: its instances are torn down one by one)
+        deadline = time.monotonic() + (args.timeout if args.timeout is not None else
+                                       float(record.get("stop_bound_s", 30.0)) + 5.0)
         while time.monotonic() < deadline and supervisor.alive():
             time.sleep(0.1)
         print(f"{record['grpc']}: {'still stopping' if supervisor.alive() else 'stopped'}")
@@ -328,7 +330,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = actions.add_parser("stop", help="stop servers started with `sonic server start`")
     p.add_argument("address", nargs="*", metavar="HOST:PORT", help="gRPC address of the server")
     p.add_argument("--all", action="store_true", help="every server started here")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each to stop")
+    p.add_argument("--timeout", type=float, help="seconds to wait for each to stop (default: the bound the server "
+                                                 "set from its model instances, recorded at start)")
     p.set_defaults(func=stop)
 
     p = actions.add_parser("status", help="models and readiness of servers")

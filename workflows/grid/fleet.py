@@ -14,7 +14,9 @@ Dask) runs them exactly as it runs client jobs (``job.py`` hands a fleet's job t
       fleet.json           what the servers serve and how (repositories, device, binding, TLS, heartbeat,
                            resources, autoscaling): FleetSpec
       task.json, config.yaml   what the executors read (TaskDescription; options.threads = cores per server)
-      servers/NNNN.json    the live servers' entries (address, models, health, heartbeat): fleet_directory
+      servers/NNNN.json    the live servers' entries (address, models, versions, health, heartbeat): fleet_directory
+      models/MODEL.json    the versions of a model rolled out with ``sonic fleet update``: fleet_rollout
+      users/HOST-PID-START.json   which version of each model a running client job uses: fleet_use
       jobs/NNNN/           per server job: submit.json, state.json, job.log, command.sh, and ``stop``
                            when that server is asked to leave
       stop                 the whole fleet is stopping: the manager and every server job end
@@ -48,6 +50,7 @@ from .batch_text import plain
 from .errors import GridError
 from .executors import executor_class
 from .executors.base import parse_options, run_command
+from .fleet_drain import leaving_by
 from .lifecycle import UNKNOWN, BatchStatus, State, resolve
 from .records import read_json, write_json
 from .submit import hand_over
@@ -68,6 +71,9 @@ RESOURCES: dict[str, dict[str, str]] = {
     "local": {},
 }
 
+#: where the autoscaler reads the fleet's load (``FleetSpec.scale_metric``)
+SCALE_METRICS = ("statistics", "prometheus")
+
 #: how each batch system ends a job that did not leave when asked (local and dask: the job's process)
 CANCEL = {"slurm": ["scancel"], "condor": ["condor_rm"]}
 
@@ -86,6 +92,8 @@ class FleetSpec(ServerOptions):
     repository: list[str]
     host: str = with_default("host", "0.0.0.0")
     startup_timeout: float = with_default("startup_timeout", 300.0)
+    #: explicit: each server loads new versions of a model beside the old ones (``sonic fleet update``)
+    model_control: str = with_default("model_control", "explicit")
     advertise: str = ""
     tls_ca: str | None = None
     tls_client_cert: str | None = None
@@ -97,11 +105,29 @@ class FleetSpec(ServerOptions):
     executor_options: dict[str, Any] = field(default_factory=dict)
     autoscale: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
+    #: cards per server job: the batch system's request, and on the local executor each job's own slice of the
+    #: node's cards (``fleet_member.member_options``); 0: CPU servers
+    gpus_per_server: int = 0
+    #: "" (none), "local" (the manager runs Debian's prometheus for the fleet) or the URL of a site's Prometheus
+    #: that scrapes ``prometheus/targets.json`` (``fleet_prometheus``)
+    prometheus: str = ""
+    prometheus_scrape_s: float = 5.0
+    #: the autoscaler's load: "statistics" (its own reading of Triton's statistics, queue ms per request) or
+    #: "prometheus" (SuperSONIC's rule, queue per execution)
+    scale_metric: str = "statistics"
 
     def __post_init__(self) -> None:
         if self.heartbeat_s <= 0 or self.ttl_s <= self.heartbeat_s:
             raise GridError(f"--ttl-s ({self.ttl_s}) must exceed --heartbeat-s ({self.heartbeat_s}) > 0: an entry "
                             f"must outlive the gap between two heartbeats")
+        if self.prometheus not in ("", "local") and not self.prometheus.startswith(("http://", "https://")):
+            raise GridError(f"--prometheus must be local or a URL such as http://HOST:9090, not {self.prometheus!r}")
+        if self.scale_metric not in SCALE_METRICS:
+            raise GridError(f"--scale-metric must be one of {', '.join(SCALE_METRICS)}, not {self.scale_metric!r}")
+        if self.scale_metric == "prometheus" and not self.prometheus:
+            raise GridError("--scale-metric prometheus needs a Prometheus: --prometheus local or --prometheus URL")
+        if not self.prometheus_scrape_s > 0:
+            raise GridError(f"--prometheus-scrape-s must be positive, got {self.prometheus_scrape_s}")
         problem = tls_problem(self)
         if problem is not None:
             raise GridError(f"--{problem.key.replace('_', '-')}: {problem.message}")
@@ -142,7 +168,10 @@ def executor_options(executor: str, given: dict[str, Any], cpus: int | None = No
                 key, _, val = text.partition("=")
                 options["extra"] = {**dict(options.get("extra") or {}), key: val}
             else:
-                options["extra"] = [*list(options.get("extra") or []), text]
+                given = options.get("extra") or []
+                if isinstance(given, str):  # as typed after -E: a YAML list ([a, b]) or one option, not its letters
+                    given = yaml.safe_load(given) if given.lstrip().startswith("[") else [given]
+                options["extra"] = [*given, text]
         else:
             options.setdefault(target, value)
     return options
@@ -168,6 +197,9 @@ class Member:
         return {"index": self.index, "name": self.name, "state": self.state, "reason": self.reason,
                 "batch_id": self.batch_id, "address": self.entry.address if self.entry else None,
                 "models": sorted(self.entry.models) if self.entry else [], "registered": self.entry is not None,
+                "versions": self.entry.versions if self.entry else {},
+                "version_errors": self.entry.version_errors if self.entry else {},
+                "gpus": self.entry.gpus if self.entry else None,
                 "expired": self.expired, "stopping": self.stopping}
 
 
@@ -208,6 +240,10 @@ class Fleet:
                             "they find each other): drop -E transfer=true")
         for sub in ("jobs", "logs", "servers"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        # client jobs of any account record there the versions they use (fleet_use.py); each may create its own
+        # record and remove no other's, as in /tmp
+        (root / "users").mkdir(exist_ok=True)
+        (root / "users").chmod(0o1777)
         (root / "config.yaml").write_text(yaml.safe_dump({"process": "fleet", "options": {"threads": int(cpus)}}))
         write_json(root / FLEET_FILE, asdict(spec))
         description = TaskDescription(name=f"fleet-{root.name}", config_source=str(root / FLEET_FILE), overrides=[],
@@ -324,7 +360,9 @@ class Fleet:
         """Stops the autoscaler and every server job; returns the members as they ended.
 
         Each server job is asked to leave (the fleet's ``stop`` file); one still running after ``timeout``
-        seconds is cancelled through its batch system, and waited for as long again.
+        seconds, and after the time it said it would need to leave (``fleet_drain.leaving_by``: a server with many
+        model instances takes longer to tear down), is cancelled through its batch system, and waited for as long
+        again.
         """
         (self.directory / STOP_FILE).write_text(f"stopped at {time.time()}\n")
         manager = self.manager()
@@ -346,7 +384,9 @@ class Fleet:
                     if member.entry is not None:  # a server job killed with SIGKILL could not remove its own
                         deregister(self.directory, member.name)
                 return members
-            if time.monotonic() > deadline:
+            # a server job still tearing its server down within the bound it announced is not cancelled half-way
+            leaving = not cancelled and any(leaving_by(self.task.files(m.index).directory) > time.time() for m in left)
+            if time.monotonic() > deadline and not leaving:
                 if cancelled:
                     raise GridError(f"server jobs {[m.index for m in left]} of {self.directory} still "
                                     f"{'/'.join(sorted({m.state for m in left}))} after cancelling them")

@@ -25,8 +25,10 @@ from pathlib import Path
 
 from ...framework.inference.sonic import ServerConnection
 from ...framework.inference import RequestError
+from ...framework.inference.serving import Entry
 from .errors import GridError
 from .fleet import DECISIONS, STOP_FILE, TASKS_FILE, Fleet
+from . import fleet_prometheus
 from .fleet_autoscale import Autoscaler, Decision, Rule, Sample
 from .records import read_json
 
@@ -41,11 +43,22 @@ class Sampler:
         self.connections: dict[str, ServerConnection] = {}
         self.last: dict[str, tuple[float, float]] = {}  # server name → (requests, queue_ns) at the last sample
 
-    def sample(self, fleet: Fleet) -> Sample:
+    source = "statistics"
+
+    @staticmethod
+    def members(fleet: Fleet) -> tuple[dict[str, Entry], int, int, str]:
+        """The live servers (by name), the server jobs starting, those that failed, and the newest failure."""
         members = fleet.members()
         live = {m.name: m.entry for m in members if m.entry is not None and not m.expired and not m.stopping}
         starting = sum(1 for m in members if m.state in ("pending", "running") and m.name not in live
                        and not m.stopping)
+        failed = [m for m in members if m.state == "failed"]
+        last = f"server job {failed[-1].index}: {failed[-1].reason.splitlines()[0]}" if failed and \
+            failed[-1].reason else ""
+        return live, starting, len(failed), last
+
+    def sample(self, fleet: Fleet) -> Sample:
+        live, starting, failed, last = self.members(fleet)
         requests: dict[str, int] = {}
         queue_ns = answered = 0.0
         for name, entry in live.items():
@@ -67,11 +80,8 @@ class Sampler:
         for name in set(self.connections) - set(live):
             self.connections.pop(name).close(grace_s=0.0)
             self.last.pop(name, None)
-        failed = [m for m in members if m.state == "failed"]
-        last = f"server job {failed[-1].index}: {failed[-1].reason.splitlines()[0]}" if failed and \
-            failed[-1].reason else ""
         return Sample(queue_ms=queue_ns / answered / 1e6 if answered else None, requests=requests, starting=starting,
-                      failed=len(failed), last_failure=last)
+                      failed=failed, last_failure=last)
 
     def close(self) -> None:
         for connection in self.connections.values():
@@ -115,14 +125,17 @@ def settings(fleet: Fleet) -> tuple[Rule, bool]:
 def manage(fleet: Fleet, stop: threading.Event, clock=time.monotonic) -> None:  # noqa: ANN001 - a clock
     """The loop (see the module docstring) until ``stop`` is set or the fleet is stopping."""
     autoscaler = Autoscaler(settings(fleet)[0])
-    sampler = Sampler({k: v for k, v in (("private_key", fleet.spec.tls_client_key),
-                                         ("certificate_chain", fleet.spec.tls_client_cert)) if v})
-    log.info("fleet %s: manager running (%s)", fleet.directory, autoscaler.rule)
+    prometheus = fleet_prometheus.start_for(fleet)  # --prometheus local: the fleet's own, stopped with the manager
+    sampler = fleet_prometheus.sampler_for(fleet, Sampler({k: v for k, v in (
+        ("private_key", fleet.spec.tls_client_key), ("certificate_chain", fleet.spec.tls_client_cert)) if v}),
+        autoscaler.rule.interval_s)
+    log.info("fleet %s: manager running (%s; load from %s)", fleet.directory, autoscaler.rule, sampler.source)
     try:
         while not stop.is_set() and not fleet.stopping:
             interval = autoscaler.rule.interval_s
             try:
                 fleet = Fleet(fleet.directory)  # `sonic fleet scale` may have changed the settings
+                fleet_prometheus.keep_in_step(fleet.directory)  # its scrape targets follow the directory
                 rule, stop_with_tasks = settings(fleet)
                 if rule != autoscaler.rule:
                     log.info("fleet %s: new autoscaling settings %s", fleet.directory, rule)
@@ -130,14 +143,14 @@ def manage(fleet: Fleet, stop: threading.Event, clock=time.monotonic) -> None:  
                 decision = autoscaler.decide(clock(), sampler.sample(fleet))
                 if decision.action == "up":
                     try:
-                        record(fleet, decision, added=fleet.add(1))
+                        record(fleet, decision, metric=sampler.source, added=fleet.add(1))
                     except GridError as err:
-                        record(fleet, decision, refused=str(err))
+                        record(fleet, decision, metric=sampler.source, refused=str(err))
                 elif decision.action == "down":
                     fleet.retire(int(decision.server))
-                    record(fleet, decision)
+                    record(fleet, decision, metric=sampler.source)
                 elif decision.action == "backoff":
-                    record(fleet, decision)
+                    record(fleet, decision, metric=sampler.source)
                 if stop_with_tasks and tasks_over(fleet):
                     log.info("fleet %s: every task submitted against it has ended; stopping the fleet",
                              fleet.directory)
@@ -147,6 +160,8 @@ def manage(fleet: Fleet, stop: threading.Event, clock=time.monotonic) -> None:  
             stop.wait(interval)
     finally:
         sampler.close()
+        if prometheus is not None:
+            prometheus.stop()
     (fleet.directory / STOP_FILE).write_text(f"stopped by its manager at {time.time()}\n")
 
 

@@ -6,10 +6,12 @@
 3. once every model is ready, registers the server in ``servers/NNNN.json`` (address, models, health) and
    rewrites that entry every ``heartbeat_s`` while the server is live and ready (:class:`Heartbeat`: a write
    that fails does not stop a healthy server; it keeps serving and retrying, and leaves only after
-   ``GRACE_TTLS`` TTLs without a write);
+   ``GRACE_TTLS`` TTLs without a write); before registering and at every heartbeat it serves the model versions
+   the fleet's records ask for (:class:`~.fleet_rollout.Reconciler`: rolling updates);
 4. leaves when asked (``jobs/NNNN/stop`` or the fleet's ``stop`` file), on SIGTERM/SIGINT (``scancel``, a
    wall-time limit, ``condor_rm``), or when its server dies: it removes its entry first, waits ``drain_s``
-   so clients stop choosing it (requests already sent finish or fail over), then stops the server.
+   so clients stop choosing it and until its server is quiet (requests already sent are answered), then
+   stops the server within a bound, its work folder removed (:mod:`.fleet_drain`).
 
 Exit status: 0 stopped as asked (reported ``done``), 1 the server could not start or died (``failed``),
 143/130 stopped by SIGTERM/SIGINT (reported ``failed`` with that reason, as for a client job); a signal while
@@ -24,14 +26,17 @@ import signal
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ...framework.errors import InferenceError, SonicError
 from ...framework.inference.serving import Entry, deregister, register
-from ...framework.inference.serving import TritonServer, host_port
-from .fleet import STOP_FILE, Fleet
+from ...framework.inference.serving import TritonServer, available_cards, host_port, share_of, shared_note
+from .fleet_drain import drain_and_stop
+from .fleet_prometheus import metrics_address
+from .fleet import STOP_FILE, Fleet, FleetSpec
+from .fleet_rollout import Reconciler
 from .job import redirect_output, batch_id_from_environment
 from .records import JobReport, Submission
 
@@ -101,6 +106,23 @@ def ready_models(server: TritonServer) -> dict[str, str]:
     return {m["name"]: str(m.get("version", "")) for m in index if m.get("state") == "READY"}
 
 
+def member_options(spec: FleetSpec, index: int, environ: Mapping[str, str] | None = None) -> FleetSpec:
+    """The options of server job ``index``: the fleet's, and on the local executor with ``gpus_per_server`` (and
+    no ``gpus`` chosen) the job's own slice of this node's cards, so that each server owns its cards (one per
+    card with 1). A batch system gives each job its cards (its CUDA_VISIBLE_DEVICES), which the server keeps."""
+    if spec.executor != "local" or not spec.gpus_per_server or spec.gpus is not None:
+        return spec
+    cards = available_cards(environ)
+    if not cards:
+        log.warning("server job %d: no GPU found to place it on (no CUDA_VISIBLE_DEVICES, no nvidia-smi); it "
+                    "uses every card it sees", index)
+        return spec
+    note = shared_note(index + 1, spec.gpus_per_server, cards)
+    if note:
+        log.warning("server job %d: %s", index, note)
+    return replace(spec, gpus=share_of(index, spec.gpus_per_server, list(range(len(cards)))))
+
+
 def serve(directory: str | Path, index: int) -> int:
     """Runs server job ``index`` of the fleet at ``directory`` until it is asked to leave; returns the exit status."""
     fleet = Fleet(directory)
@@ -140,14 +162,18 @@ def serve(directory: str | Path, index: int) -> int:
 
     if asked():
         return finish("done", EXIT_STOPPED, f"stopped before its server started: {asked()}")
-    server = TritonServer(spec.repository, spec)  # the fleet's spec is the servers' options
+    server = TritonServer(spec.repository, member_options(spec, index))  # the fleet's spec is the servers' options
     try:
         server.start()
     except (InferenceError, OSError) as err:
         return finish("failed", EXIT_FAILED, f"the Triton server did not start: {str(err).splitlines()[0]}")
+    versions = Reconciler(fleet.directory, server, grace_s=spec.ttl_s)  # rolling updates (fleet_rollout.py)
+    versions.step()  # before it registers: a server that joins mid-roll serves what the others serve
     entry = Entry(name=name, address=host_port(spec.advertised_host(), server.ports["grpc"]),
-                  models=ready_models(server), ssl=bool(spec.tls_cert), root_certificates=spec.client_root_certificates,
-                  batch_id=report.batch_id, ttl_s=spec.ttl_s)
+                  models=ready_models(server), versions=versions.versions(), ssl=bool(spec.tls_cert),
+                  root_certificates=spec.client_root_certificates,
+                  batch_id=report.batch_id, ttl_s=spec.ttl_s, gpus=server.gpu_cards,
+                  metrics=metrics_address(spec, server))  # the fleet's Prometheus scrapes it (fleet_prometheus)
     heartbeat = Heartbeat(fleet.directory, entry, GRACE_TTLS * spec.ttl_s)
     why, broken = "", False
     try:
@@ -155,7 +181,10 @@ def serve(directory: str | Path, index: int) -> int:
             if not server.alive():
                 why = f"its Triton server exited (code {server.process.returncode}); log:\n{server.log_tail(10)}"
                 break
-            entry.health = "ready" if server.ready() else "not ready"
+            if versions.step_soon():  # loads run beside the heartbeat: a long one must not let the entry expire
+                entry.models = ready_models(server)
+            entry.versions, entry.version_errors = versions.versions(), versions.problems()
+            entry.health = "ready" if versions.ready() else "not ready"
             first = not heartbeat.written
             why = heartbeat.beat()
             if why:  # a shared filesystem unwritable for long: clients cannot see it, it serves nobody new
@@ -171,8 +200,8 @@ def serve(directory: str | Path, index: int) -> int:
             print(f"server job {index}: cannot remove its entry ({err}); it expires in {spec.ttl_s:.0f} s", flush=True)
     if server.alive():
         print(f"server job {index}: leaving ({why}); draining {spec.drain_s:.0f} s", flush=True)
-        time.sleep(spec.drain_s)
-        server.stop()
+        drain_and_stop(server, spec.drain_s, spec.stop_timeout_s, files.directory,  # fleet_drain.py
+                       say=lambda line: print(f"server job {index}: {line}", flush=True))
         if signalled:
             signum = signalled[0]
             return finish("failed", 128 + signum, f"terminated by {signal.Signals(signum).name} "

@@ -30,7 +30,7 @@ Where the numbers come from (each can also be given by hand, and the report says
 The **knee** is where the time per event starts to rise: where the flat line (one job alone) meets the
 saturated one (N jobs over the most events per second anything lets through), the same construction
 the scale benchmark applies to a measured curve. One job alone takes ``T_1 = t_other + t_ml`` per event
-(``t_ml``: its wait on inference with the server to itself, the server time if not measured). Two
+(``t_ml``: its wait on inference with the server to itself, the server time if not measured). Three
 things cap the events per second of N jobs:
 
 * **the server**: ``servers / t_server`` (``t_server``: compute per event per instance);
@@ -39,10 +39,17 @@ things cap the events per second of N jobs:
   time one event costs that host — the job's own CPU per event (its whole process: modules,
   framework, the client's serialisation and gRPC threads, all in its process time; not its wall
   time, which counts sleeps and waits) plus, for a server on the same cores, the server's CPU per
-  event.
+  event;
+* **the link** the jobs share to reach the servers: ``L / B`` events per second, ``B`` the bytes per event
+  in its busier direction (a link carries each way apart): the knee at ``T_1 × L / B`` jobs (``bound`` =
+  "link"; the papers' ~600 jobs on 100 Gb/s is this bound at a target utilisation).
+
+A job a link away from servers whose latency was measured close to them (``rtt_s``) also waits, per event,
+its bytes ÷ the rate and its round trips (:func:`time_per_event_over_link`, which also says what events in
+flight hide of them); ``T_1`` includes that.
 
 So the time per event is ``max(T_1, N × t_server / servers, N × c_host / cores)``
-(:func:`predicted_time_per_event`) and the knee lies at ``N = T_1 × min(servers / t_server,
+(:func:`predicted_time_per_event`; the link's term ``N × B / L``) and the knee lies at ``N = T_1 × min(servers / t_server,
 cores / c_host)``: ``T_1 / t_server`` jobs per server when the server saturates first (``bound`` =
 "server"), ``T_1 × cores / c_host`` jobs on the host when its cores do ("host"). The host's inputs are
 measured with one job (a GPU's compute per event is not: idle between one job's events it runs slower,
@@ -262,6 +269,9 @@ class Plan:
     cores: float | None = None
     host_cpu_s_per_event: float | None = None
     host_knee_jobs: float | None = None
+    link_knee_jobs: float | None = None
+    link_s_per_event: float | None = None
+    time_alone_s_per_event: float | None = None
     knee_jobs: float | None = None
     bound: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -273,7 +283,8 @@ class Plan:
 def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_event: float | None,
          link_gbps: float = 100.0, link_utilisation: float = 0.8, server_utilisation: float = 1.0,
          latency_s_per_event: float | None = None, cores: float | None = None,
-         host_cpu_s_per_event: float | None = None) -> Plan:
+         host_cpu_s_per_event: float | None = None, sent_fraction: float | None = None,
+         rtt_s: float | None = None, round_trips: float = 1.0) -> Plan:
     """The two numbers from per-event times and bytes, and the knee with the bound that sets it (see the
     module docstring for the formulas).
 
@@ -284,6 +295,11 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
             on a grid node per job, and only the server bounds.
         host_cpu_s_per_event: CPU time one event costs those cores: the job's CPU per event, plus the
             server's when it computes on the same cores.
+        sent_fraction: the share of the bytes per event that jobs send (None: all, the busiest case); a link
+            carries each direction apart, so the busier one bounds it.
+        rtt_s: plan for jobs a link away from the servers whose latency was measured close to them: a job alone
+            then also waits the bytes ÷ the link's rate and ``round_trips`` round trips per event
+            (:func:`time_per_event_over_link`). None: the latency as measured.
 
     Example::
 
@@ -299,6 +315,12 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
                   server_utilisation, cores=cores, host_cpu_s_per_event=host_cpu_s_per_event)
     latency = server_s_per_event if latency_s_per_event is None else latency_s_per_event
     alone = other_s_per_event + (latency or 0.0)
+    link_bytes = link_gbps * 1e9 / 8
+    if rtt_s is not None:
+        result.link_s_per_event = time_per_event_over_link(0.0, bytes_per_event or 0.0, 0.0, link_gbps * 1000, rtt_s,
+                                                           round_trips)
+        alone += result.link_s_per_event
+    result.time_alone_s_per_event = alone
     if server_s_per_event:
         result.latency_s_per_event = latency
         result.jobs_per_server = other_s_per_event / server_s_per_event
@@ -310,14 +332,16 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
         result.host_knee_jobs = alone * cores / host_cpu_s_per_event
         result.notes.append(f"the host bound counts {cores:g} cores free for these jobs: other processes' load on "
                             f"them lowers it in proportion")
-    knees = {bound: knee for bound, knee in (("server", result.knee_jobs_per_server), ("host", result.host_knee_jobs))
-             if knee is not None}
+    if bytes_per_event and link_gbps:
+        busiest = bytes_per_event * (1.0 if sent_fraction is None else max(sent_fraction, 1 - sent_fraction))
+        result.link_knee_jobs = alone * link_bytes / busiest
+    knees = {bound: knee for bound, knee in (("server", result.knee_jobs_per_server), ("host", result.host_knee_jobs),
+                                             ("link", result.link_knee_jobs)) if knee is not None}
     if knees:
         result.bound = min(knees, key=knees.__getitem__)
         result.knee_jobs = knees[result.bound]
     if bytes_per_event:
         result.bytes_per_s_per_job = bytes_per_event / other_s_per_event
-        link_bytes = link_gbps * 1e9 / 8
         result.link_job_cap = math.floor(link_utilisation * link_bytes / result.bytes_per_s_per_job)
         if result.jobs_per_server_at_target:
             result.servers_for_link_cap = math.ceil(result.link_job_cap / result.jobs_per_server_at_target)
@@ -325,6 +349,49 @@ def plan(other_s_per_event: float, server_s_per_event: float | None, bytes_per_e
         result.notes.append("no bytes per event: give --bytes-per-event (or run with an inference client "
                             "that counts bytes)")
     return result
+
+
+def time_per_event_over_link(local_s: float, bytes_sent: float, bytes_received: float, rate_mbit: float,
+                             rtt_s: float, round_trips: float = 1.0, in_flight: float = 1.0,
+                             alone_s: float | None = None, requests: float = 1.0, server_s: float = 0.0) -> float:
+    """A job's time per event when its inference crosses a link: each event's requests and answers cross it
+    (bytes ÷ rate) and it waits ``round_trips`` round trips; with ``in_flight`` events at a time (streams ×
+    events per call) those waits overlap one another and the job's own work.
+
+    An event's (or a batch's) ``requests`` are sent together and cross the link one after the other, and the
+    server computes each as soon as it has arrived: while one is computed the next is on the wire. So the
+    upload adds ``max(up ÷ k + c, up + c ÷ k) − c`` to the time with the servers close (``up``: the sent bytes'
+    time on the link, ``c``: the server's compute ``server_s``, ``k`` requests): all of ``up`` for one request,
+    less as the computing hides the wire.
+
+    The time per event is then the largest of: the job's time per event with the servers close (``local_s``:
+    its own work, the servers' and what overlap it already had), one event's whole time (``alone_s`` + that +
+    the answers' time + round trips × RTT) shared by the events in flight, and the busier direction's bytes ÷
+    rate (a link carries each way apart, one event at a time at most its rate).
+
+    Args:
+        local_s: the job's time per event measured close to the servers.
+        bytes_sent, bytes_received: per event.
+        rate_mbit: the link's rate (0: not limited).
+        rtt_s: its round trip.
+        round_trips: round trips one event waits in turn (with batches: per event, a batch's divided by
+            its events): requests sent together wait one.
+        in_flight: streams whose events overlap (one batch each).
+        alone_s: one event's time with the servers close, in flight alone (default: ``local_s``).
+        requests: requests one event (or batch) sends together (1: the whole upload before any compute).
+        server_s: the server's compute per event (0: unknown, no overlap counted).
+
+    Example::
+
+        time_per_event_over_link(0.45, 3.0e6, 0.04e6, 100, 0.05)   # 0.45 + 3.04e6 × 8 / 1e8 + 0.05 = 0.743
+    """
+    rate = rate_mbit * 1e6 / 8
+    up = bytes_sent / rate if rate else 0.0
+    down = bytes_received / rate if rate else 0.0
+    k, c = max(1.0, requests), server_s
+    upload = max(up / k + c, up + c / k) - c
+    alone = (local_s if alone_s is None else alone_s) + upload + down + round_trips * rtt_s
+    return max(local_s, alone / max(1.0, in_flight), max(up, down))
 
 
 def predicted_time_per_event(jobs: float | np.ndarray, other_s: float, latency_s: float, server_s: float,
@@ -370,8 +437,14 @@ def report(result: Plan, job: Measurement | None = None, server: Measurement | N
         lines.append(f"  host knee = (t_other + t_ml) x cores / c_host = {result.host_knee_jobs:.1f} jobs on the host "
                      f"({result.cores:g} cores, c_host = {1000 * result.host_cpu_s_per_event:.3f} ms of CPU per event)"
                      f"{source('c_host')}")
+    if result.link_knee_jobs is not None:
+        lines.append(f"  link knee = (t_other + t_ml) x L / B (busier direction) = {result.link_knee_jobs:.1f} jobs "
+                     f"on one {result.link_gbps:g} Gb/s link")
+    if result.link_s_per_event is not None:
+        lines.append(f"  over the link: B / L + round trips x RTT = {1000 * result.link_s_per_event:.3f} ms/event more; "
+                     f"a job alone takes {1000 * result.time_alone_s_per_event:.3f} ms/event")
     if result.bound:
-        where = "jobs per server" if result.bound == "server" else "jobs on the host"
+        where = {"server": "jobs per server", "host": "jobs on the host", "link": "jobs on the link"}[result.bound]
         lines.append(f"  knee at {result.knee_jobs:.1f} {where}: the {result.bound} saturates first")
     if result.link_job_cap is not None:
         lines.append(f"  per job: B / t_other = {result.bytes_per_s_per_job / 1e6:.3f} MB/s")

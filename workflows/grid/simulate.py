@@ -13,8 +13,9 @@ The model (each piece taken from a measured task, see :func:`from_measurement`):
   together (the producers' requests of one event), each of ``bytes_sent`` / ``bytes_received``;
   the next event starts when every answer is back (a job's time per event is other + wait).
 * **link**: requests and answers cross one shared link of ``link_gbps`` each way, first come first
-  served (a request's transfer starts when the link is free: serialisation, not packet sharing);
-  ``link_gbps=None`` or 0 leaves it out.
+  served (a request's transfer starts when the link is free: serialisation, not packet sharing), and
+  each crossing takes half the round trip ``rtt_s`` more (the link's length, which any number of requests
+  share); ``link_gbps=None`` or 0 leaves the rate out.
 * **server**: ``instances`` executions at a time; requests queue in arrival order; with dynamic
   batching an idle instance takes up to ``max_batch`` queued requests, waiting up to ``queue_delay_s``
   for more when fewer are queued; an execution of ``b`` requests takes
@@ -64,6 +65,7 @@ class Scenario:
         requests: requests per event (sent together, all awaited).
         bytes_sent, bytes_received: per request.
         link_gbps: link bandwidth each way (None or 0: no link).
+        rtt_s: the link's round trip (half on each crossing).
         instances: executions at a time per server.
         max_batch: requests per execution (1: no dynamic batching).
         queue_delay_s: how long an idle instance waits for a fuller batch.
@@ -88,6 +90,7 @@ class Scenario:
     bytes_sent: float = 0.0
     bytes_received: float = 0.0
     link_gbps: float | None = None
+    rtt_s: float = 0.0
     instances: int = 1
     max_batch: int = 1
     queue_delay_s: float = 0.0
@@ -108,7 +111,7 @@ class Scenario:
         for name in ("jobs", "servers", "requests", "instances", "max_batch", "events"):
             if getattr(self, name) < 1:
                 raise GridError(f"simulation: {name} must be at least 1, not {getattr(self, name)}")
-        for name in ("other_s", "service_s", "overhead_s", "cpu_s", "cores", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv", "cpu_cv"):
+        for name in ("other_s", "service_s", "overhead_s", "cpu_s", "cores", "bytes_sent", "bytes_received", "queue_delay_s", "service_cv", "other_cv", "cpu_cv", "rtt_s"):
             if getattr(self, name) < 0:
                 raise GridError(f"simulation: {name} must not be negative, not {getattr(self, name)}")
         if not 0 <= self.fixed <= 1:
@@ -285,7 +288,7 @@ def simulate(s: Scenario) -> Result:
             else:
                 push(now + duration, "executed", server.index, tuple(job for _, job in batch))
 
-    cycle = s.other_s + s.overhead_s + s.service_s * s.requests
+    cycle = s.other_s + s.overhead_s + s.service_s * s.requests + s.rtt_s
     for job in range(s.jobs):  # jobs start spread over one cycle, as a batch system's do, not in lock-step
         start_event(job, float(rng.uniform(0.0, cycle)) if s.stagger else 0.0)
     now = 0.0
@@ -298,7 +301,7 @@ def simulate(s: Scenario) -> Result:
                 server = choose()
                 server.requests += 1
                 server.in_transit += 1
-                push(up.transfer(now, s.bytes_sent), "arrive", server.index, job)
+                push(up.transfer(now, s.bytes_sent) + s.rtt_s / 2, "arrive", server.index, job)
         elif kind == "cores":
             if data[0] != cores.version:
                 continue  # the work on the cores changed since this completion was scheduled
@@ -326,7 +329,7 @@ def simulate(s: Scenario) -> Result:
             server.free += 1
             server.executing -= len(jobs)
             for job in jobs:
-                push(down.transfer(now, s.bytes_received), "answer", job)
+                push(down.transfer(now, s.bytes_received) + s.rtt_s / 2, "answer", job)
             try_start(server, now)
         elif kind == "answer":
             (job,) = data
@@ -395,10 +398,10 @@ def knee(s: Scenario) -> float:
     """The deterministic knee in jobs: a job's time per event alone over the busy time it costs the
     servers (per server: jobs beyond this wait in queues)."""
     transfer = (s.bytes_sent + s.bytes_received) / (s.link_gbps * 1e9 / 8) if s.link_gbps else 0.0
-    alone = s.other_s + s.overhead_s + s.service_s * s.requests + transfer
+    alone = s.other_s + s.overhead_s + s.service_s * s.requests + transfer + s.rtt_s
     capacity = s.service_s * s.requests / (s.servers * s.instances)
-    if s.link_gbps:
-        capacity = max(capacity, s.bytes_sent * s.requests / (s.link_gbps * 1e9 / 8))
+    if s.link_gbps:  # each direction apart: the busier one bounds
+        capacity = max(capacity, max(s.bytes_sent, s.bytes_received) * s.requests / (s.link_gbps * 1e9 / 8))
     host = s.cpu_s + (s.service_s * s.requests if s.server_on_cores else 0.0)
     if s.cores and host:
         capacity = max(capacity, host / s.cores)

@@ -73,6 +73,16 @@ class Entry:
     ttl_s: float = TTL_S
     #: kernel start time of ``pid`` (:attr:`ProcessId.start`); filled in for an entry of this process
     start: int | None = None
+    #: the cards the server uses (its CUDA_VISIBLE_DEVICES; ``gpu_placement.py``), None for a CPU server or every card
+    gpus: list[str] | None = None
+    #: per model, the versions the server serves and the digest of each one's files (``model_digest.version_digest``):
+    #: several while the fleet rolls a new version in (``fleet_rollout``)
+    versions: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: per model, why the server could not serve the versions the fleet asked for (it serves what it served)
+    version_errors: dict[str, str] = field(default_factory=dict)
+    #: ``HOST:PORT`` of the server's Prometheus metrics (``/metrics``), for the fleet's scrape targets
+    #: (``fleet_prometheus``); None when the entry's writer did not say
+    metrics: str | None = None
 
     def __post_init__(self) -> None:
         if self.start is None and self.pid == os.getpid():
@@ -162,6 +172,10 @@ FIELDS: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "heartbeat": ((int, float), "a number", True),
     "ttl_s": ((int, float), "a number", True),
     "start": ((int, type(None)), "an integer or null", False),
+    "versions": ((dict,), "an object {model: {version: digest}}", False),
+    "version_errors": ((dict,), "an object {model: reason}", False),
+    "gpus": ((list, type(None)), "a list of card names or null", False),
+    "metrics": ((str, type(None)), "a string HOST:PORT or null", False),
 }
 
 
@@ -207,6 +221,8 @@ def entry_from(data: Any) -> Entry:
         raise EntryProblem(f"field 'address' must be HOST:PORT with a port 1-65535, not {_shown(values['address'])}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.get("models", {}).items()):
         raise EntryProblem(f"field 'models' must map model names to version strings, not {_shown(data['models'])}")
+    if not all(isinstance(card, str) for card in values.get("gpus") or []):
+        raise EntryProblem(f"field 'gpus' must list card names as strings, not {_shown(data['gpus'])}")
     return Entry(**values)
 
 

@@ -15,7 +15,10 @@ A model whose checksum is wrong is never served. The original repository is neve
 ``device="cpu"`` (the fallback server, like CMSSW's) turns ``KIND_GPU`` instance groups into
 ``KIND_CPU``, with at most one instance per core this process may use: a GPU group's count is chosen
 to keep a GPU fed (the ProtoDUNE GPU entry runs 16), and as many CPU instances only compete for the
-cores and multiply the memory. ``device="gpu"`` leaves the config as it is (unset kinds then pick the GPU).
+cores and multiply the memory. ``device="gpu"`` keeps the kinds; on a server whose number of cards is known
+(``gpus``), every ``KIND_GPU`` group lists those cards, so its ``count`` is what each card runs, never a count
+Triton multiplies by cards the server was not meant to have (``gpu_placement.py``); a group that names cards
+the server does not have is placed on the cards it has, with a notice.
 
 An instance count no machine can run is refused with one line naming the model (:func:`check_instances`):
 more than :data:`MAX_CPU_INSTANCES_PER_CORE` CPU instances per core the server may use, or more than
@@ -24,6 +27,7 @@ more than :data:`MAX_CPU_INSTANCES_PER_CORE` CPU instances per core the server m
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from ...errors import InferenceError
 from ..model_digest import file_digests
 from ..repository import CHECKSUM_PARAMETER, ModelInfo, ModelRepository
 
+log = logging.getLogger(__name__)
 
 #: CPU instances of one model per core the server may use, at most. Each python-based instance is a process
 #: of its own and each instance holds the model: past a few per core they only compete for the cores and
@@ -72,9 +77,11 @@ def check_instances(info: ModelInfo, config: mc.ModelConfig, cores: int) -> None
             raise InferenceError(f"{where} is more than this server can run: at most {bound} ({why}); {fix}")
 
 
-def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = None) -> mc.ModelConfig:
+def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = None,
+                   gpus: int | None = None) -> mc.ModelConfig:
     """The config a server loads for ``info``: no repository agents; instance kinds for ``device``
-    (``cores``: the cores a GPU group's count is capped at on the CPU; default: this process's)."""
+    (``cores``: the cores a GPU group's count is capped at on the CPU; default: this process's; ``gpus``: the
+    number of cards a GPU server has, None when unknown: then Triton places the groups as written)."""
     config = mc.ModelConfig()
     config.CopyFrom(info.config)
     for rel, value in file_digests(info).items():  # where clients can compare them (see model_digest.py)
@@ -88,12 +95,32 @@ def runtime_config(info: ModelInfo, device: str = "cpu", cores: int | None = Non
                 group.ClearField("gpus")
                 if group.count > cores:
                     group.count = cores
+    elif gpus:
+        place_on_cards(info, config, gpus)
     check_instances(info, config, cores or len(os.sched_getaffinity(0)))
     return config
 
 
+def place_on_cards(info: ModelInfo, config: mc.ModelConfig, gpus: int) -> None:
+    """Every ``KIND_GPU`` group of ``config`` on the server's ``gpus`` cards (positions 0..gpus-1), listed.
+
+    A group without a list runs ``count`` on each card (Triton's meaning, now written down); one listing
+    cards past the server's keeps those it has, or takes all of the server's when none is left (a config
+    written for a larger node served on a smaller share of it)."""
+    for group in config.instance_group:
+        if group.kind != mc.ModelInstanceGroup.KIND_GPU:
+            continue
+        listed = list(group.gpus)
+        kept = [g for g in listed if g < gpus] or list(range(gpus))
+        if listed and kept != listed:
+            log.warning("model %r: instance group on GPUs %s, but this server has %d card(s): placed on %s",
+                        info.name, listed, gpus, kept)
+        del group.gpus[:]
+        group.gpus.extend(kept)
+
+
 def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[str] | None = None,
-            device: str = "cpu", cores: int | None = None) -> list[ModelInfo]:
+            device: str = "cpu", cores: int | None = None, gpus: int | None = None) -> list[ModelInfo]:
     """Writes the runtime repository for ``models`` (default: every model) into ``dest``.
 
     Args:
@@ -103,6 +130,7 @@ def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[s
         device: "cpu" or "gpu" (see the module docstring).
         cores: the cores the server runs on, which cap a GPU group's count on the CPU (default: this
             process's).
+        gpus: the number of cards a GPU server has (its groups are placed on them), None when unknown.
 
     Returns:
         The served models, checksums verified.
@@ -116,7 +144,7 @@ def prepare(repository: ModelRepository, dest: str | os.PathLike, models: list[s
     for name in models if models is not None else repository.names():
         info = repository.get(name)
         info.verify_checksums()
-        write_entry(info, dest / name, runtime_config(info, device, cores))
+        write_entry(info, dest / name, runtime_config(info, device, cores, gpus))
         served.append(info)
     return served
 

@@ -12,9 +12,9 @@
 Each server gets a work folder holding its runtime repository (checksums verified, agents removed:
 see ``runtime_repository.py``), its backend directory (``triton_install.py``) and its log. Several
 servers run side by side (each chooses its own free ports). ``device="cpu"`` hides GPUs from the
-server (the CPU fallback server); ``"gpu"`` serves models on their configured instance kinds. The
-python that runs python models (and our onnxruntime backend) is selectable: the GPU machine runs its
-own python3.12 with torch, not this environment's.
+server (the CPU fallback server); ``"gpu"`` serves models on their configured instance kinds, on the cards
+``gpus`` chooses (``gpu_placement.py``). The python that runs python models (and our onnxruntime backend)
+is selectable: the GPU machine runs its own python3.12 with torch, not this environment's.
 
 Exposure: ``host`` binds gRPC only. HTTP (plain and unauthenticated: Triton has no TLS for it) and
 metrics stay on loopback unless ``http_host`` / ``metrics_host`` ask otherwise; an endpoint that other
@@ -57,7 +57,9 @@ from . import runtime_repository
 from ..owner import ProcessId, sweep_shared_memory
 from . import server_log
 from .servable import model_backend, native_library_for, one_line, unservable
+from . import server_stop
 from .server_options import ServerOptions, parse_cpus  # noqa: F401 - parse_cpus: where the benchmarks find it
+from .gpu_placement import card_count, gpu_instances, server_cards
 from .shm_janitor import ShmJanitor
 from .private_memory import make_private, preload_library
 from ..repository import ModelInfo, ModelRepository
@@ -123,6 +125,10 @@ class TritonServer:
         self._fixed_ports = {"grpc": options.grpc_port, "http": options.http_port, "metrics": options.metrics_port}
         self.ports: dict[str, int] = {}
         self.device = options.device
+        #: the server's CUDA_VISIBLE_DEVICES (``gpu_placement.py``); None: every card, the variable left alone
+        self.gpu_cards = server_cards(options.device, options.gpus)
+        #: ``{model: {card: instances}}`` of its KIND_GPU groups, set by start()
+        self.gpu_instances: dict[str, dict[str, int]] = {}
         self.backend = options.backend
         #: which backend serves each served model ("onnxruntime (native)", "python", ...), set by start()
         self.model_backends: dict[str, str] = {}
@@ -134,6 +140,8 @@ class TritonServer:
         self.model_control = options.model_control
         self.log_verbose = options.log_verbose
         self.startup_timeout = options.startup_timeout
+        #: Triton's --exit-timeout-secs, from stop_timeout_s and the instances it runs (server_stop.py), set by start()
+        self.exit_timeout = server_stop.exit_timeout_s(options.stop_timeout_s, 1)
         self.served: list[str] = []
         self.strict = options.strict
         #: models left out because this server cannot serve them: ``{name: reason}`` (see ``servable.py``)
@@ -219,6 +227,8 @@ class TritonServer:
             self._clean_workdir(clean_stop=True)
             raise
         self.served = [info.name for info in served]
+        if self.device == "gpu":
+            self.gpu_instances = gpu_instances(repo_dir, self.served, self.gpu_cards)
         native = native_library_for(served, self.backend, self.python)
         self.model_backends = {info.name: model_backend(info, native is not None) for info in served}
         backend_dir = backend_directory(self.workdir / "backends", self.python, self.backends, native_library=native)
@@ -260,7 +270,8 @@ class TritonServer:
         """The runtime repository of the servable models in ``repo_dir`` (runtime_repository.prepare); a
         server pinned to some cores runs at most one CPU instance of a GPU group per core it has."""
         return runtime_repository.prepare(self.repository, repo_dir, self._servable(), self.device,
-                                          len(self.cpus) if self.cpus else None)
+                                          len(self.cpus) if self.cpus else None,
+                                          card_count(self.gpu_cards) if self.device == "gpu" else None)
 
     def _servable(self) -> list[str]:
         """The models to serve: those asked for (default: all) less those this server cannot serve, which
@@ -310,7 +321,7 @@ class TritonServer:
                f"--http-address={self.hosts['http']}", f"--http-port={self.ports['http']}",
                f"--metrics-address={self.hosts['metrics']}", f"--metrics-port={self.ports['metrics']}",
                f"--model-control-mode={self.model_control}", f"--log-verbose={self.log_verbose}",
-               "--exit-on-error=true", "--strict-readiness=true",
+               "--exit-on-error=true", "--strict-readiness=true", f"--exit-timeout-secs={self._exit_timeout(repo_dir)}",
                *keepalive.SERVER_FLAGS]  # clients' keepalive pings accepted (keepalive.py)
         if self.model_control == "explicit":
             cmd += [f"--load-model={name}" for name in self.served]
@@ -353,6 +364,8 @@ class TritonServer:
         env = server_environment(self.python, {"SONIC_ORT_THREADS": str(self.ort_threads), **self.extra_env})
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
+        elif self.gpu_cards is not None:  # its own cards only: Triton would spread every group over all it sees
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_cards)
         private = preload_library()  # Boost sets the stubs' shared memory to 0644 whatever the umask
         if private:
             env["LD_PRELOAD"] = " ".join(filter(None, [private, env.get("LD_PRELOAD")]))
@@ -396,8 +409,18 @@ class TritonServer:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code.
+    def _exit_timeout(self, repo_dir: Path) -> int:
+        """Triton's exit timeout for the models it serves now: ``stop_timeout_s`` for the requests in flight
+        and an allowance per model instance, torn down one after the other (``server_stop.py``)."""
+        instances = server_stop.instance_count(repo_dir, self.served)
+        if self.model_control == "explicit":  # versions loaded later run their own instances (two during a roll)
+            instances *= 2
+        self.exit_timeout = server_stop.exit_timeout_s(self.options.stop_timeout_s, instances)
+        return self.exit_timeout
+
+    def stop(self, timeout: float | None = None) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout`` s (default: the bound ``server_stop.py`` sets from the
+        instances it runs); returns the exit code.
 
         A clean stop (exit code 0) removes the work folder we made (in a folder the user chose: all but
         the log); after a server that had died or did not stop in time, the folder is kept for its log.
@@ -412,8 +435,12 @@ class TritonServer:
                 os.killpg(self.process.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+            timeout = server_stop.stop_bound_s(self.exit_timeout) if timeout is None else timeout
+            asked = time.monotonic()
             try:
                 code = self.process.wait(timeout)
+                log.info("Triton server %s stopped in %.1f s (exit code %s, bound %.0f s)", self.grpc_url,
+                         time.monotonic() - asked, code, timeout)
             except subprocess.TimeoutExpired:
                 log.warning("Triton server %s did not stop in %.0f s; killing it", self.grpc_url, timeout)
                 code = self._kill()
@@ -480,8 +507,9 @@ class TritonServer:
                 "mutual_tls": bool(self.tls["root"]), "http": self.http_url, "metrics": self.metrics_url,
                 "bound": self.bound(), "models": self.served, "device": self.device,
                 "python": self.python.executable, "log": str(self.log_path), "workdir": str(self.workdir),
-                "cpus": self.cpus, "backend": self.backend, "model_backends": self.model_backends,
-                "skipped": self.skipped}
+                "cpus": self.cpus, "gpus": self.gpu_cards, "gpu_instances": self.gpu_instances,
+                "backend": self.backend, "model_backends": self.model_backends,
+                "skipped": self.skipped, "stop_bound_s": server_stop.stop_bound_s(self.exit_timeout)}
 
     def __enter__(self) -> TritonServer:
         return self.start()
@@ -498,6 +526,6 @@ class TritonServer:
 def _stop_all() -> None:
     for server in list(_LIVE):
         try:
-            server.stop(timeout=10)
+            server.stop()  # its own bound (server_stop.py): a shorter one would kill it mid-teardown
         except Exception:  # noqa: BLE001 - best effort at interpreter exit
             pass

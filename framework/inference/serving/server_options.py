@@ -45,6 +45,8 @@ METAVAR = "metavar"
 #: the server-side TLS files, in the order they are checked
 TLS_FILES = ("tls_cert", "tls_key", "tls_root_cert")
 CORE_LIST_HINT = 'must be a core list such as "0-3,8" or [0, 1]'
+#: the options that are lists of indices, each with how it is written (cores as taskset writes them, GPU positions)
+INDEX_LISTS = {"cpus": CORE_LIST_HINT, "gpus": 'must be a GPU list such as "0", "1-3" or [0, 2]'}
 #: where a job's configuration holds the options of the server it starts when no server has a model
 FALLBACK_KEY = "services.inference.fallback_server"
 
@@ -74,6 +76,10 @@ class ServerOptions:
     cpus: list[int] | None = option(None, "cores the server and its python stubs may run on, as taskset -c writes "
                                     "them (e.g. 0-7,12), leaving the others to jobs (default: all of them)",
                                     metavar="LIST")
+    gpus: list[int] | None = option(None, "GPUs a gpu server uses, by position among those this process may use "
+                                    "(CUDA_VISIBLE_DEVICES, else Slurm's, else the machine's), e.g. 0 or 1-3; each "
+                                    "KIND_GPU instance count is per card (default: every card it may use)",
+                                    metavar="LIST")
     ort_threads: int = option(1, "onnxruntime threads per model instance (unless its config says)", min=1)
     python: str | None = option(None, "interpreter that runs python models (default: this one)", metavar="EXE")
     python_shm_mb: int | None = option(None, "shared-memory pool of each python stub in MiB, sized up front (e.g. "
@@ -86,6 +92,9 @@ class ServerOptions:
                                        "--grpc-infer-response-compression-level): none, low, medium or high",
                                        choices=RESPONSE_COMPRESSION)
     startup_timeout: float = option(180.0, "seconds to wait until every model is ready", positive="seconds")
+    stop_timeout_s: float = option(30.0, "seconds a stop waits for the requests in flight to finish; each model "
+                                   "instance's teardown gets 3 s more on top (Triton's --exit-timeout-secs)",
+                                   positive="seconds")
     host: str = option("127.0.0.1", "address gRPC binds (0.0.0.0: every interface; use TLS off loopback)",
                        metavar="H")
     http_host: str = option("127.0.0.1", "address of plain HTTP inference (loopback whatever host is: Triton has no "
@@ -117,8 +126,8 @@ class ServerOptions:
         own way (``services.inference.fallback_server.cpus``, ``--cpus``).
         """
         def prepare(key: str, value: Any, tp: Any) -> Any:
-            if key == "cpus" and value is not None:
-                return _cores_or_problem(value, error)
+            if key in INDEX_LISTS and value is not None:
+                return _cores_or_problem(value, error, key)
             if key == "models" and isinstance(value, str):
                 return [value]
             return os.fspath(value) if isinstance(value, os.PathLike) else value  # a folder given as a Path
@@ -129,6 +138,9 @@ class ServerOptions:
         """A copy with ``cpus`` as sorted core numbers, once every field's bounds and the TLS files pass;
         else ``error(problem)`` of the first problem is raised (options built in code are checked too)."""
         cpus = self.cpus if self.cpus is None else _cores_or_problem(self.cpus, error)
+        gpus = self.gpus if self.gpus is None else _cores_or_problem(self.gpus, error, "gpus")
+        if gpus is not None and self.device != "gpu":  # a cpu server hides every card: the choice would do nothing
+            raise error(Problem("gpus", "value", f"{gpus} needs device gpu (a cpu server uses no GPU)"))
         for f in dataclasses.fields(self):
             bounds = f.metadata.get(LIMITS)
             value = getattr(self, f.name)
@@ -138,7 +150,7 @@ class ServerOptions:
         problem = tls_problem(self)
         if problem is not None:
             raise error(problem)
-        return dataclasses.replace(self, cpus=cpus)
+        return dataclasses.replace(self, cpus=cpus, gpus=gpus)
 
     def given(self) -> dict[str, Any]:
         """The options that differ from their defaults (what a record or a report needs to show)."""
@@ -198,29 +210,29 @@ def parse_cpus(text: str) -> list[int]:
     return sorted(cpus)
 
 
-def core_list(value: Any) -> list[int]:
-    """``cpus`` as sorted core numbers: ``"0-3,8"`` (as ``taskset -c`` writes it), one number, or a list of them.
+def core_list(value: Any, hint: str = CORE_LIST_HINT) -> list[int]:
+    """``cpus`` (or ``gpus``) as sorted numbers: ``"0-3,8"`` (as ``taskset -c`` writes it), one number, or a list.
 
     Raises:
-        ValueError: anything else (an empty list, a negative core, a boolean, a float).
+        ValueError: anything else (an empty list, a negative number, a boolean, a float), worded with ``hint``.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int, list, tuple, set)):
-        raise ValueError(f"{CORE_LIST_HINT}, not {value!r}")
+        raise ValueError(f"{hint}, not {value!r}")
     if isinstance(value, (list, tuple, set)):
         if not value or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
-            raise ValueError(f"{CORE_LIST_HINT}, not {value!r}")
+            raise ValueError(f"{hint}, not {value!r}")
         return sorted(set(value))
     try:
         return parse_cpus(str(value))
     except InferenceError:
-        raise ValueError(f"{CORE_LIST_HINT}, not {value!r}") from None
+        raise ValueError(f"{hint}, not {value!r}") from None
 
 
-def _cores_or_problem(value: Any, error: Callable[[Problem], Exception]) -> list[int]:
+def _cores_or_problem(value: Any, error: Callable[[Problem], Exception], key: str = "cpus") -> list[int]:
     try:
-        return core_list(value)
+        return core_list(value, INDEX_LISTS[key])
     except ValueError as err:
-        raise error(Problem("cpus", "type", str(err), raw_key="cpus")) from None
+        raise error(Problem(key, "type", str(err), raw_key=key)) from None
 
 
 def _worded(problem: Problem, raw: Mapping[str, Any]) -> Problem:

@@ -35,15 +35,17 @@ class Call:
     """One request between ``send`` and the end of its RPC (slots: thousands may wait for their deadline).
 
     ``slots`` and ``region`` are the connection's: where the answer's outputs are read from shared memory.
+    ``compression`` is the gRPC encoding its transport sends the request in ("none", "gzip", "deflate").
     """
 
     __slots__ = ("ledger", "model", "request", "outputs", "slots", "region", "future", "deadline", "expired",
-                 "started", "finished")
+                 "started", "finished", "compression")
 
     def __init__(self, ledger: CallLedger, model: str, request: Any, outputs: list[str], slots: list[Any],
-                 region: Any, future: Future, deadline: float):
+                 region: Any, future: Future, deadline: float, compression: str = "none"):
         self.ledger, self.model, self.request, self.outputs = ledger, model, request, outputs
         self.slots, self.region, self.future, self.deadline = slots, region, future, deadline
+        self.compression = compression
         self.expired = False  # its caller was failed with DEADLINE_EXCEEDED
         self.started = False  # a transport took it to send it
         self.finished = False  # its RPC ended (or it was never sent)
@@ -94,9 +96,10 @@ class CallLedger:
             return len(self._calls)
 
     def open(self, model: str, request: Any, outputs: list[str], slots: list[Any], region: Any,
-             future: Future) -> Call:
+             future: Future, compression: str = "none") -> Call:
         """A new call, counted and under its deadline from now on."""
-        call = Call(self, model, request, outputs, slots, region, future, time.monotonic() + self.timeout_s)
+        call = Call(self, model, request, outputs, slots, region, future, time.monotonic() + self.timeout_s,
+                    compression)
         with self._lock:
             self._calls.add(call)
         _DEADLINES.add(call)

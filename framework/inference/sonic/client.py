@@ -16,7 +16,7 @@ What happens behind ``infer`` (the CMSSW SonicTriton client, in Python):
    gets its inputs as they are;
 3. each request goes to the server the :class:`~.servers.ServerPool` chooses, asynchronously
    (the server's connection hands it to its transport, ``transport/`` says which and why; system shared
-   memory when the server is local; gRPC compression if asked);
+   memory when the server is local; gRPC compression if asked, per model: ``compression.py``);
 4. a failed request is retried on the same server up to ``allowed_tries`` times when that can help
    (server busy; a deadline only when no other server has the model) and the server is still in
    rotation, then **fails over** to another server
@@ -51,12 +51,15 @@ from ...errors import ConfigError
 from ...futures import gather, then
 from ..client import (Counters, InferenceClient, InputArray, assemble, check_inputs, is_ragged, payload_bytes,
                      split_requests)
+from ..compression import Compression
+from .bearer_token import discover as discover_token
 from .breaker import BreakerSettings
 from .connection import ServerConnection, fixed_size
 from ..keepalive import Keepalive
 from ..repository import ModelInfo, ModelRepository
 from ..server_spec import ServerSpec
 from .server_statistics import compute_ns, not_one_server
+from .fallback import FallbackPolicy
 from .servers import ServerPool
 from ..triton_errors import NoServerError, RequestError
 
@@ -111,17 +114,21 @@ class SonicClient(InferenceClient):
     def from_config(cls, config: Any, repository: ModelRepository | None) -> SonicClient:
         """From the ``services.inference`` settings (:class:`~.service.InferenceConfig`)."""
         specs = [ServerSpec.parse(item) for item in config.servers]
+        fallback = FallbackPolicy.of(config.fallback, named=bool(config.servers or getattr(config, "fleet", "")))
+        fallback.check_start()  # a job that names no server and may not start one: one line, now
         try:
             breaker = BreakerSettings(threshold=config.breaker_threshold, backoff_s=config.breaker_backoff_s,
                                       max_backoff_s=config.breaker_max_backoff_s)
         except ValueError as err:
             raise ConfigError(str(err), key="services.inference.breaker_*") from None
-        pool = ServerPool(specs, repository=repository, fallback=config.fallback,
+        pool = ServerPool(specs, repository=repository, fallback=fallback.allowed, fallback_note=fallback.refusal(),
                           fallback_options=dict(config.fallback_server or {}),
-                          connection_options={"timeout_s": config.timeout_s, "compression": config.compression,
+                          connection_options={"timeout_s": config.timeout_s,
+                                              "compression": Compression(config.compression, config.model_compression),
                                               "model_versions": config.model_versions,
                                               "transport": config.transport,
-                                              "keepalive": Keepalive(config.keepalive_s, config.keepalive_timeout_s)},
+                                              "keepalive": Keepalive(config.keepalive_s, config.keepalive_timeout_s),
+                                              "token": discover_token(config.token_file)},
                           shared_memory=config.shared_memory,
                           breaker=breaker)
         return cls(pool, allowed_tries=config.allowed_tries)
@@ -338,10 +345,12 @@ class SonicClient(InferenceClient):
         transports = self.pool.transports()
         if transports:
             lines.append("transport: " + ", ".join(f"{address} {kind}" for address, kind in transports.items()))
+        lines += self.pool.fallback.report_lines()  # a fallback is a decision the report shows (fallback.py)
         return {"mode": self.mode, "models": counters, "servers": servers, "extra_lines": lines,
                 "partial_statistics": partial, "transports": transports,
                 "deadlines": deadlines, "out_of_rotation": self.pool.breaker_openings(),
-                "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None}
+                "fallback": self.pool.fallback_server.describe() if self.pool.fallback_server else None,
+                "fallback_taken": list(self.pool.fallback.taken)}
 
     def provenance(self) -> dict[str, dict[str, Any]]:
         """Each model's answering servers and the digest they reported (the fallback serves the job's own

@@ -10,8 +10,9 @@ A transport carries each ``ModelInferRequest`` built on the caller's thread, beh
 (``transport/__init__.py``): **native** (the default where it builds, ``transport/native.py``: an HTTP/2
 client on libnghttp2 whose I/O thread runs without the interpreter lock; a call to a local server costs
 about half the process CPU of gRPC's own blocking call, 87 vs 179 µs for ``demo_mlp``, one call at a
-time), or **grpcio** (``transport/grpcio.py``: gRPC's blocking call on a few worker threads) for TLS, gRPC
-compression, or where the native one cannot be built.
+time), or **grpcio** (``transport/grpcio.py``: gRPC's blocking call on a few worker threads) for TLS, or
+where the native one cannot be built. Both compress requests per model when asked (``compression.py``), and
+carry the job's bearer token where it may go (``bearer_token.py``), as the control calls do.
 
 Deadlines stay local (see :class:`ServerConnection`): one keeper thread for all connections
 (``calls.py``) fails a caller at ``timeout_s`` while its call runs on.
@@ -32,6 +33,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor, triton_to_np_dtype
 
 from ...errors import ConfigError
+from ..compression import Compression
+from .bearer_token import BearerToken, TokenPlugin, explain, for_server
 from .calls import ORPHAN_LIMIT, Call, CallLedger
 from ..keepalive import Keepalive
 from ..repository import ModelInfo, TensorSpec, parse_specs
@@ -77,38 +80,47 @@ class ServerConnection:
         spec (ServerSpec): address and TLS settings.
         timeout_s (float): per-request deadline, enforced here: the caller gets DEADLINE_EXCEEDED after
             ``timeout_s`` but the gRPC call is *not* cancelled (see below).
-        compression (str): "none", "gzip" or "deflate" (gRPC message compression).
+        compression (Compression | str): gRPC message compression of each model's requests ("none", "gzip"
+            or "deflate" for every model alike).
         shared_memory (str): "on" (tensors through system shared memory), "off", or "auto": shared
             memory for requests of at least ``SHM_MIN_BYTES`` (below that, copying into the gRPC
             message costs less than the extra bookkeeping). Only with a server that has shown, at the
             connection's probe, that it opens this host's regions; else the wire, after one notice ("on":
             one warning).
         model_versions (dict): pinned model versions (default: the server's choice).
-        transport (str): "auto" (the compiled transport for servers reached in clear text without
-            compression, where it builds; else grpcio), "native" (an error where it cannot be used) or
-            "grpcio" (see the module docstring).
+        transport (str): "auto" (the compiled transport for servers reached in clear text, where it
+            builds; else grpcio), "native" (an error where it cannot be used) or "grpcio" (see the module
+            docstring).
         keepalive (Keepalive | None): HTTP/2 pings on every channel of this connection, so a silent one (a
             network partition) ends in seconds, failing its calls with UNAVAILABLE (``keepalive.py``).
+        token (BearerToken | None): the job's bearer token, sent with every call (data and control) where it
+            may go: over TLS or to loopback (``bearer_token.py``).
     """
 
-    def __init__(self, spec: ServerSpec, timeout_s: float = 60.0, compression: str = "none",
+    def __init__(self, spec: ServerSpec, timeout_s: float = 60.0, compression: Compression | str = "none",
                  shared_memory: str = "off", model_versions: Mapping[str, int] | None = None,
-                 transport: str = "auto", keepalive: Keepalive | None = None):
+                 transport: str = "auto", keepalive: Keepalive | None = None, token: BearerToken | None = None):
         self.spec = spec
         self.keepalive = keepalive or Keepalive()
         self.address = spec.address
         self.timeout_s = timeout_s
+        self.compression = Compression.of(compression)
         self.model_versions = {k: str(v) for k, v in (model_versions or {}).items()}
+        #: ``{model: "STATE: reason"}`` of models the server lists but cannot serve, from the last probe
+        self.unavailable: dict[str, str] = {}
         self.client = grpcclient.InferenceServerClient(spec.address, ssl=spec.ssl,
                                                        root_certificates=spec.root_certificates,
                                                        private_key=spec.private_key,
                                                        certificate_chain=spec.certificate_chain,
                                                        channel_args=channel_options(self.keepalive))
+        self.token, self._withheld = for_server(token, spec)  # why it is not sent, if it is not
+        if self.token is not None:
+            self.client.register_plugin(TokenPlugin(self.token))
         self.shm = (SharedMemoryPool(self.client, spec.address, forced=shared_memory == "on")
                     if shared_memory in ("on", "auto") else None)
         self.shm_min_bytes = SHM_MIN_BYTES if shared_memory == "auto" else 0
         self._calls = CallLedger(spec.address, timeout_s, self._ended)
-        self._transport = self._open_transport(transport, compression)
+        self._transport = self._open_transport(transport)
 
     @property
     def transport(self) -> str:
@@ -130,7 +142,7 @@ class ServerConnection:
         except RequestError:
             raise
         except Exception as err:  # noqa: BLE001 - converted at this boundary
-            error = convert(err, "*", self.address)
+            error = self._convert(err, "*")
             closed = error.status == "UNAVAILABLE" and "socket closed" in str(error).lower()  # all gRPC says
             why = hint(server_tls(self.address), self.spec.ssl, bool(self.spec.certificate_chain)) if closed else None
             if why is None and self.spec.ssl and error.status == "UNAVAILABLE":  # gRPC: "Socket closed", or OpenSSL
@@ -139,14 +151,27 @@ class ServerConnection:
             raise (RequestError("*", self.address, "UNAVAILABLE", why, "failover") if why else error) from None
         if self.shm is not None:  # proven now, before the first request that would use it (shm.py)
             self.shm.usable(timeout)
-        return {m.name: m.version for m in index.models if m.state == "READY"}
+        ready = {m.name: m.version for m in index.models if m.state == "READY"}
+        # what the index says of the models it lists but cannot serve (a load that failed, an unloaded model)
+        self.unavailable = {m.name: f"{m.state or 'UNAVAILABLE'}: {m.reason}" if m.reason else m.state or "UNAVAILABLE"
+                            for m in index.models if m.name not in ready}
+        return ready
+
+    def ready_versions(self, model: str, timeout: float = 5.0) -> list[str]:
+        """The versions of ``model`` ready on the server: several while a fleet rolls a new one in beside the
+        old one (``version_pins.py`` pins the job's)."""
+        try:
+            index = self.client.get_model_repository_index(client_timeout=timeout)
+        except Exception as err:  # noqa: BLE001 - converted at this boundary
+            raise self._convert(err, model) from None
+        return [m.version for m in index.models if m.name == model and m.state == "READY"]
 
     def model_info(self, model: str, version: str = "") -> ModelInfo:
         """The model's config as the server has it (inputs, outputs, dims, max_batch_size)."""
         try:
             response = self.client.get_model_config(model, self.model_versions.get(model, ""), client_timeout=10)
         except Exception as err:  # noqa: BLE001
-            raise convert(err, model, self.address) from None
+            raise self._convert(err, model) from None
         config = response.config
         return ModelInfo(name=model, path=None, config=config, version=int(version or 0) if str(version).isdigit() else 0,
                          inputs=parse_specs(config.input), outputs=parse_specs(config.output))
@@ -156,7 +181,7 @@ class ServerConnection:
         try:
             response = self.client.get_inference_statistics(model, client_timeout=5)
         except Exception as err:  # noqa: BLE001
-            raise convert(err, model or "*", self.address) from None
+            raise self._convert(err, model or "*") from None
         out = {}
         for s in response.model_stats:
             st = s.inference_stats
@@ -204,9 +229,10 @@ class ServerConnection:
         except Exception as err:  # noqa: BLE001 - a failure to send is reported like a failed request
             if region is not None:
                 self.shm.release(region)
-            future.set_exception(convert(err, info.name, self.address))
+            future.set_exception(self._convert(err, info.name))
             return future
-        self._transport.send(self._calls.open(info.name, request, outputs, slots, region, future))
+        self._transport.send(self._calls.open(info.name, request, outputs, slots, region, future,
+                                              self.compression.for_model(info.name)))
         return future
 
     def _ended(self, call: Call, answer: pb.ModelInferResponse | None, error: BaseException | None) -> None:
@@ -218,10 +244,14 @@ class ServerConnection:
             except Exception as err:  # noqa: BLE001 - converted below
                 error = err
         if error is not None:  # every error of a call crosses this one boundary
-            error = convert(error, call.model, self.address)
+            error = self._convert(error, call.model)
         if call.region is not None:  # only now: the server may write into it until the call ends
             self.shm.release(call.region)
         self._calls.finish(call, values, error)
+
+    def _convert(self, err: BaseException, model: str) -> RequestError:
+        """The one boundary (``triton_errors.convert``), a refused identity told with what to fix here."""
+        return explain(convert(err, model, self.address), self.token, self._withheld)
 
     def _read(self, call: Call, response: pb.ModelInferResponse) -> dict[str, np.ndarray]:
         """The outputs of an answer, from the message or from the call's shared memory region."""
@@ -245,21 +275,20 @@ class ServerConnection:
         return values
 
     # -- the transport ----------------------------------------------------------------------------------
-    def _open_transport(self, asked: str, compression: str) -> Transport:
+    def _open_transport(self, asked: str) -> Transport:
         """The transport :meth:`_choose_transport` picks (opened lazily: no channel before the first call)."""
-        if self._choose_transport(asked, compression) == "native":
-            return native.NativeTransport(self.address, self.keepalive)
-        return GrpcioTransport(self.spec, self.timeout_s, compression, self.keepalive)
+        if self._choose_transport(asked) == "native":
+            return native.NativeTransport(self.address, self.keepalive, self.token)
+        return GrpcioTransport(self.spec, self.timeout_s, self.keepalive, self.token)
 
-    def _choose_transport(self, asked: str, compression: str) -> str:
+    def _choose_transport(self, asked: str) -> str:
         """"native" or "grpcio" for ``asked`` (see the class docstring); says once why native is not used."""
         if asked not in ("auto", "native", "grpcio"):
             raise ConfigError(f"transport must be auto, native or grpcio, not {asked!r}",
                               key="services.inference.transport")
         if asked == "grpcio":
             return asked
-        reason = ("it speaks clear text only (this server uses TLS)" if self.spec.ssl else
-                  "it does not compress (compression is asked)" if compression != "none" else None)
+        reason = "it speaks clear text only (this server uses TLS)" if self.spec.ssl else None
         missing = False
         if reason is None:
             try:

@@ -61,19 +61,30 @@ def not_one_server(server_side: ServerCounters, answered: Mapping[str, Mapping[s
 Snapshot = Mapping[tuple[str, str], Mapping[str, float]]  # {(model, version): counters}, as statistics() gives
 
 
-def queue_ms(before: Snapshot, now: Snapshot) -> tuple[dict[str, float], str]:
+def queue_ms(before: Snapshot, now: Snapshot, previous: Mapping[str, float] | None = None
+             ) -> tuple[dict[str, float], str]:
     """Mean queue time per request (ms) of each model between two reads of one server, and a doubt (empty
     when none): a request count that went down means the address is not one server's (see
-    :func:`not_one_server`)."""
-    queue, doubt = {}, ""
+    :func:`not_one_server`).
+
+    A model the server answered nothing for in between gets half its ``previous`` figure: a server every client
+    had left (its last figure was high) is idle and must come back, while one quiet read alone is no proof of
+    that (an execution longer than the interval answers nothing either). Keeping the last busy figure kept such
+    a server out of every client's rotation for as long as the others stayed below it.
+    """
+    queue: dict[str, float] = {}
+    quiet: dict[str, float] = {}
+    doubt = ""
     for key, counters in now.items():
-        previous = before.get(key, {})
-        requests = counters["requests"] - previous.get("requests", 0)
+        previous_counters = before.get(key, {})
+        requests = counters["requests"] - previous_counters.get("requests", 0)
         if requests > 0:
-            queue[key[0]] = (counters["queue_ns"] - previous.get("queue_ns", 0)) / requests / 1e6
-        elif requests < 0:
+            queue[key[0]] = (counters["queue_ns"] - previous_counters.get("queue_ns", 0)) / requests / 1e6
+        elif requests == 0:
+            quiet[key[0]] = (previous or {}).get(key[0], 0.0) / 2
+        else:
             doubt = f"its request count of {key[0]!r} went down between two reads"
-    return queue, doubt
+    return {**quiet, **queue}, doubt  # another version of a model that answered: its figure wins
 
 
 def since(baseline: Snapshot, now: Snapshot) -> tuple[dict[str, dict[str, float]], str]:

@@ -6,10 +6,13 @@
   model's files it reports (its config's checksums) are compared with the job's own repository
   (``model_digest``); a server that serves other files under that name, or reports none, is passed
   over for that model with a warning naming both digests. When no server is left, the fallback serves
-  the job's own copy, or the job fails naming each server and why.
-* **Choice.** For each request: the healthy servers with the model, lowest recent queue time first
-  (from Triton's statistics API, refreshed in the background every ``refresh_s``); servers whose
-  queue times are within ``max(0.2 ms, 20%)`` of the best count as equal and take turns (round robin).
+  the job's own copy, or the job fails naming each server and why. A server serving several versions of
+  the model (a fleet rolling one in) is pinned to the one whose files are the job's (``version_pins.py``).
+* **Choice.** For each request: the healthy servers with the model, by recent queue time (from Triton's
+  statistics API, refreshed in the background every ``refresh_s``): servers within 1 ms or twice the best
+  count as equal and take turns (weighted round robin per model), busier ones get fewer turns in proportion
+  and the far busier are last resorts (``server_choice.py`` says why, and why a server that answered nothing
+  reads less each time).
 * **Health** is a circuit breaker per server (``breaker.py``): ``threshold`` consecutive requests that
   pass their deadline or find the server unreachable take it out of the rotation for a back-off
   (a hung server says nothing, it only lets deadlines pass); one request whose connection its
@@ -24,17 +27,18 @@
   names for the first time is probed and joins the pool; one it no longer names (its job ended, its
   heartbeat expired) is *retired*: never chosen again, while requests already sent to it finish or fail
   over as usual; it is used again if it comes back. Servers configured by address never retire.
-* **Fallback.** When no healthy server has a model, a local Triton server (CPU, like CMSSW's
-  TritonService fallback) is started on the job's own repository, once, and joins the pool. With no
-  server configured at all, it is started at the beginning of the job.
+* **Fallback.** When no healthy server has a model and the policy allows it (``fallback.py``: by default
+  only for a job that names no server), a local Triton server (CPU, like CMSSW's TritonService fallback) is
+  started on the job's own repository, once, and joins the pool; when and why is recorded for the report.
+  With no server configured at all, it is started at the beginning of the job.
 
 A model nobody serves (and no fallback) raises :class:`~.triton_errors.NoServerError` naming the
-model, every server and why each could not serve it.
+model, every server and why each could not serve it (for a model a server has but cannot serve, the reason
+its repository index gives).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -42,16 +46,17 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...errors import InferenceError, did_you_mean
+from ...errors import did_you_mean
 from .breaker import FAILURE_STATUSES, Action, Breaker, BreakerSettings, Event, event_for
 from .connection import ServerConnection
+from .fallback import LocalFallback
+from .server_choice import Turns, order
 from .server_state import ServerState
-from .model_identity import version_problem
 from .server_statistics import queue_ms, since
+from .version_pins import VersionPins
 from ..keepalive import dead_by_keepalive
-from ..model_digest import digest, mismatch, model_digest
-from ..repository import ModelInfo, ModelRepository, config_checksums
-from ..serving.server_options import fallback_server
+from ..model_digest import model_digest
+from ..repository import ModelInfo, ModelRepository
 from ..server_spec import ServerSpec
 from ..triton_errors import NoServerError, RequestError
 
@@ -65,7 +70,8 @@ class ServerPool:
         specs (list[ServerSpec]): configured servers (may be empty: then the fallback serves everything).
         repository (ModelRepository | None): the job's repository: checksums are compared against it
             and the fallback server serves it.
-        fallback (bool): start a local server when no healthy server has a model.
+        fallback (bool): start a local server when no healthy server has a model (``fallback.py`` decides).
+        fallback_note (str): why it may not, for messages (``FallbackPolicy.refusal``).
         fallback_options (dict): options of the fallback server, ``services.inference.fallback_server``
             (:class:`~.server_options.ServerOptions`' fields by name).
         connection_options (dict): keyword arguments for every :class:`ServerConnection`
@@ -79,21 +85,21 @@ class ServerPool:
     def __init__(self, specs: list[ServerSpec], repository: ModelRepository | None = None, fallback: bool = True,
                  fallback_options: Mapping[str, Any] | None = None, connection_options: Mapping[str, Any] | None = None,
                  shared_memory: str = "auto", refresh_s: float = 2.0, probe_timeout: float = 5.0,
-                 breaker: BreakerSettings | None = None):
+                 breaker: BreakerSettings | None = None, fallback_note: str = ""):
         self.repository = repository
-        self.fallback_allowed = fallback and repository is not None
+        self.fallback = LocalFallback(repository, fallback, fallback_note)
         self.fallback_options = dict(fallback_options or {})
         self.connection_options = dict(connection_options or {})
         self.shared_memory = shared_memory
         self.refresh_s, self.probe_timeout = refresh_s, probe_timeout
         self.breaker_settings = breaker or BreakerSettings()
         self.states: list[ServerState] = []
+        self.pins = VersionPins(repository)  # the job's version of each model, pinned per server
         self.fallback_server: Any = None
-        self._fallback_error: BaseException | None = None
         self._lock = threading.RLock()
         self._infos: dict[str, ModelInfo] = {}
         self._server_infos: dict[tuple[str, str], ModelInfo] = {}
-        self._turn = itertools.count()
+        self._turns = Turns()  # weighted round robin per model (server_choice.py)
         self._refreshing = False
         self._last_refresh = time.monotonic()
         self._background = ThreadPoolExecutor(1, thread_name_prefix="sonic-servers")
@@ -104,11 +110,9 @@ class ServerPool:
             self._add(spec)
         for state in self.states:
             self._probe(state, at_start=True)
-        if self.fallback_allowed and not any(s.healthy for s in self.states):
-            if specs:
-                log.warning("none of the servers %s answers; starting a local fallback server",
-                            [s.address for s in specs])
-            self.start_fallback()
+        if self.fallback.allowed and not any(s.healthy for s in self.states):
+            self.start_fallback(why=f"none of the servers {[s.address for s in specs]} answers" if specs else
+                                "the job names no server")
 
     # -- membership ------------------------------------------------------------------------------------
     def _use_shm(self, spec: ServerSpec) -> str:
@@ -142,27 +146,15 @@ class ServerPool:
         if was_down:
             log.info("Triton server %s is back with %d models", state.connection.address, len(state.models))
 
-    def start_fallback(self) -> ServerState:
-        """Starts (once) the local CPU server on the job's repository and adds it to the pool."""
+    def start_fallback(self, model: str = "", why: str = "") -> ServerState:
+        """Starts (once) the local CPU server on the job's repository and adds it to the pool; ``why`` (what every
+        server said) is recorded for the report (``fallback.py``)."""
         with self._lock:
             for state in self.states:
                 if state.fallback:
                     return state
-            if self._fallback_error is not None:
-                raise NoServerError(f"the local fallback server could not start: {self._fallback_error}")
-            if self.repository is None:
-                raise NoServerError("no local fallback server: the job has no model repository "
-                                    "(services.inference.repository)")
-            from ..serving.server import TritonServer
-
-            log.info("starting a local fallback Triton server on %s", [str(p) for p in self.repository.paths])
-            try:
-                server = TritonServer(self.repository, fallback_server(self.fallback_options)).start()
-            except InferenceError as err:
-                self._fallback_error = err
-                raise
-            self.fallback_server = server
-            state = self._add(ServerSpec(server.grpc_url), fallback=True)
+            self.fallback_server = self.fallback.start(self.fallback_options, model, why)
+            state = self._add(ServerSpec(self.fallback_server.grpc_url), fallback=True)
             self._probe(state)
             return state
 
@@ -174,14 +166,8 @@ class ServerPool:
             usable = [s for s in self.states if s.healthy and model in s.models and s.connection.address not in exclude]
             if not usable:
                 return []
-            best = min(s.queue_ms.get(model, 0.0) for s in usable)
-            tolerance = max(0.2, 0.2 * best)
-            equal = [s for s in usable if s.queue_ms.get(model, 0.0) <= best + tolerance]
-            others = sorted((s for s in usable if s not in equal), key=lambda s: s.queue_ms.get(model, 0.0))
-            if len(equal) > 1:
-                shift = next(self._turn) % len(equal)
-                equal = equal[shift:] + equal[:shift]
-            return [s.connection for s in equal + others]
+            return [s.connection for s in order([(s, s.queue_ms.get(model, 0.0)) for s in usable], self._turns, model,
+                                                key=lambda s: s.connection.address)]
 
     def choose(self, model: str, exclude: frozenset[str] = frozenset()) -> ServerConnection:
         """The server for the next request of ``model``; starts the fallback when nobody else has it.
@@ -192,20 +178,24 @@ class ServerPool:
         for connection in self.candidates(model, exclude):
             if self._verified(connection, model):
                 return connection
-        if self.fallback_allowed and self._fallback_has(model, exclude):
-            state = self.start_fallback()
+        if self.fallback.allowed and self._fallback_has(model, exclude):
+            state = self.start_fallback(model, "; ".join(self._server_lines(model, exclude)))
             if state.healthy and model in state.models and state.connection.address not in exclude:
                 return state.connection
         raise NoServerError(self.describe_missing(model, exclude))
 
     def _fallback_has(self, model: str, exclude: frozenset[str]) -> bool:
-        if self.repository is None or model not in self.repository.names():
+        if not self.fallback.has(model):
             return False
         with self._lock:
             return not any(s.fallback and s.connection.address in exclude for s in self.states)
 
     def describe_missing(self, model: str, exclude: frozenset[str] = frozenset()) -> str:
-        """Why no server can serve ``model`` (every server and its reason)."""
+        """Why no server can serve ``model`` (every server and its reason, and the fallback's)."""
+        lines = self._server_lines(model, exclude) or ["no servers configured"]
+        return f"no server can run model {model!r}: " + "; ".join(lines + self.fallback.describe(model))
+
+    def _server_lines(self, model: str, exclude: frozenset[str]) -> list[str]:
         lines = []
         with self._lock:
             for s in self.states:
@@ -219,18 +209,14 @@ class ServerPool:
                     why = s.refused[model]
                 elif s.fallback and model in getattr(self.fallback_server, "skipped", {}):
                     why = f"cannot serve it: {self.fallback_server.skipped[model]}"  # left out at start (servable.py)
+                elif model in getattr(s.connection, "unavailable", {}):  # its repository index says why
+                    why = f"has it but cannot serve it ({s.connection.unavailable[model]})"
                 elif model not in s.models:
                     why = f"does not have it{did_you_mean(model, s.models)}"
                 else:
                     why = "usable"
                 lines.append(f"{s.connection.address}{' (fallback)' if s.fallback else ''}: {why}")
-        if not lines:
-            lines.append("no servers configured")
-        if not self.fallback_allowed:
-            lines.append("fallback: off" if self.repository is not None else "fallback: no local repository")
-        elif self.repository is not None and model not in self.repository.names():
-            lines.append(f"fallback: the local repository {[str(p) for p in self.repository.paths]} has no {model!r}")
-        return f"no server can run model {model!r}: " + "; ".join(lines)
+        return lines
 
     def mark_down(self, connection: ServerConnection, reason: str) -> None:
         """Takes the server out of rotation now (it was found unreachable by a control call)."""
@@ -331,7 +317,7 @@ class ServerPool:
             info = connection.model_info(model)
         except RequestError:
             return True  # cannot ask now; the request itself will fail over if the server is gone
-        problem = version_problem(self.repository, info, connection)
+        problem = self.pins.check(info, connection)
         with self._lock:
             self._server_infos[(connection.address, model)] = info
             state.verified.add(model)
@@ -343,16 +329,9 @@ class ServerPool:
         return not problem
 
     def digest_on(self, address: str, model: str) -> str | None:
-        """The digest of ``model`` as the server at ``address`` reported it (None when it was not asked or
-        reported none). Verified servers report the local digest; a model the job has no copy of, whatever
-        the server says."""
-        with self._lock:
-            info = self._server_infos.get((address, model))
-        sums = config_checksums(info.config, model) if info is not None else {}
-        if not sums:
-            return None
-        local = self.repository.find(model) if self.repository is not None else None
-        return self.local_digest(model) if local is not None and not mismatch(local, sums) else digest(sums)
+        """The digest of what the server at ``address`` answers for ``model`` (None when it was not asked or
+        reported none): the job's version of it (``version_pins.py``)."""
+        return self.pins.digest_on(address, model)
 
     def local_digest(self, model: str) -> str | None:
         """The digest of the job's own copy of ``model`` (None when it has none)."""
@@ -454,7 +433,7 @@ class ServerPool:
                     elif err.status == "DEADLINE_EXCEEDED":
                         self.record(state.connection, err.status, err.args[0])
                     continue
-                queue, doubt = queue_ms(state.last_stats, stats)
+                queue, doubt = queue_ms(state.last_stats, stats, state.queue_ms)
                 state.doubt = doubt or state.doubt
                 with self._lock:
                     state.queue_ms.update(queue)
@@ -504,3 +483,4 @@ class ServerPool:
             state.connection.close(**({} if state.breaker.usable() else {"grace_s": 0.0}))
         if self.fallback_server is not None:
             self.fallback_server.stop()  # kept (stopped) so reports can still name it
+        self.pins.close()  # the job no longer uses its versions (a fleet's record of its use goes)

@@ -6,8 +6,10 @@ transport is one module behind :class:`Transport`:
 
 * ``native.py`` — gRPC over HTTP/2 on libnghttp2 (``grpc_h2.cc``), built on first use, the default where
   it builds;
-* ``grpcio.py`` — gRPC's own blocking call on worker threads, for TLS, compression, or where the native one
-  cannot be built.
+* ``grpcio.py`` — gRPC's own blocking call on worker threads, for TLS, or where the native one cannot be
+  built.
+
+Both send each call in the gRPC encoding it names (``Call.compression``) and read compressed answers.
 """
 
 from __future__ import annotations

@@ -10,15 +10,30 @@
 // The interface (C, called through ctypes; see transport/native.py):
 //   sgt_open(host, port, authority, path, timeout_ms, ping_ms, ping_timeout_ms, error, size)
 //                                                a connection (its I/O thread started), or NULL
-//   sgt_send(connection, tag, message, length)   queues one call (the message without gRPC's 5-byte prefix);
-//                                                -1 when the connection is dead or closing
+//   sgt_send(connection, tag, message, length, encoding)
+//                                                queues one call (the message without gRPC's 5-byte prefix;
+//                                                encoding 1 or 2: already compressed, deflate or gzip); -1 when
+//                                                the connection is dead or closing
 //   sgt_wait(connection, timeout_ms)              waits for finished calls: their count (0 on timeout), -1 once
 //                                                the connection has ended and every call was handed out
 //   sgt_result(connection, i, ...)               the i-th finished call of the last wait: tag, gRPC status,
-//                                                answer message, status message
+//                                                answer message, status message, and the answer's encoding
+//                                                when the server compressed it (decompressed by the caller)
 //   sgt_close(connection)                         asks the I/O thread to end: calls still open finish UNAVAILABLE
 //   sgt_reason(connection)                        after sgt_wait returned -1: why the connection ended
+//   sgt_authorize(connection, value)             the `authorization` header of every call sent from now on
+//                                                ("Bearer ..."; empty: none)
 //   sgt_free(connection)                          after sgt_wait returned -1: joins the thread, frees everything
+//
+// Compression (framework/inference/compression.py says why): Python compresses a request and says which encoding;
+// here the message gets gRPC's "compressed" flag and the grpc-encoding header. Every call accepts compressed
+// answers (grpc-accept-encoding, as gRPC's own clients send it), which a server sends when told to compress its
+// responses; such an answer is handed out with its encoding, still compressed.
+//
+// Identity (framework/inference/sonic/bearer_token.py says why): each call carries the connection's authorization
+// value at the time it was sent, as a header HPACK never indexes (RFC 7541 7.1.3: a token must not stay in the
+// compression context). An HTTP 401 or 403 without a gRPC status (a proxy refusing the caller) ends the call as
+// UNAUTHENTICATED or PERMISSION_DENIED, as gRPC's own clients map them.
 //
 // Calls are never cancelled: a stream stays open until the server ends it, or until the connection ends
 // (closed by the caller, dropped by the server), which fails every open call with UNAVAILABLE and the reason.
@@ -54,7 +69,11 @@
 
 namespace {
 
-constexpr int kUnknown = 2, kInternal = 13, kUnavailable = 14;
+constexpr int kUnknown = 2, kPermissionDenied = 7, kInternal = 13, kUnavailable = 14, kUnauthenticated = 16;
+constexpr uint8_t kNoIndex = 0x01;  // NGHTTP2_NV_FLAG_NO_INDEX
+constexpr uint32_t kRefusedStream = 0x7;  // NGHTTP2_REFUSED_STREAM
+// what sgt_send's `encoding` means, by number (0: not compressed)
+const char* const kEncodings[] = {"identity", "deflate", "gzip"};
 using Clock = std::chrono::steady_clock;
 
 // One call from sgt_send to its end.
@@ -63,9 +82,12 @@ struct Call {
   std::string out;    // gRPC's 5-byte prefix and the request message
   size_t offset = 0;  // bytes of `out` already handed to nghttp2
   std::string in;     // the answer's DATA bytes
+  int encoding = 0;   // the request's: an index of kEncodings
+  std::string answer_encoding;  // the answer's grpc-encoding header, if any
   int http_status = 0;
   int grpc_status = -1;
   std::string grpc_message;
+  std::string authorization;  // its authorization header value (the connection's when it was sent), or empty
 };
 
 // One finished call, waiting to be read by the Python thread.
@@ -74,6 +96,7 @@ struct Done {
   int status;
   std::string message;
   std::string body;
+  std::string encoding;  // the body's gRPC encoding when the server compressed it, else empty
 };
 
 struct Connection {
@@ -103,22 +126,24 @@ struct Connection {
   bool pinged = false;          // a PING is out and nothing arrived since
   std::string goaway;           // the server's GOAWAY, if one came: its error code and debug data
   std::string why;              // why the connection ended (set before `ended`)
+  std::string authorization;    // sgt_authorize's value, copied into each call sent (guarded by mu)
 };
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
 // The call ends: its outcome goes to the finished list (its answer message cut out of the DATA bytes).
 void finish(Connection* c, Call* call, int status, std::string message) {
-  Done done{call->tag, status, std::move(message), std::string()};
+  Done done{call->tag, status, std::move(message), std::string(), std::string()};
   if (status == 0) {
     const std::string& in = call->in;
     if (in.size() < 5) {
       done.status = kInternal;
       done.message = "the answer has no gRPC message (" + std::to_string(in.size()) + " bytes)";
-    } else if (in[0] != 0) {
+    } else if (in[0] != 0 && (call->answer_encoding.empty() || call->answer_encoding == "identity")) {
       done.status = kInternal;
-      done.message = "the answer is compressed, which this client never asks for";
+      done.message = "the answer is flagged compressed but declares no grpc-encoding";
     } else {
+      if (in[0] != 0) done.encoding = call->answer_encoding;
       size_t length = (size_t(uint8_t(in[1])) << 24) | (size_t(uint8_t(in[2])) << 16) |
                       (size_t(uint8_t(in[3])) << 8) | size_t(uint8_t(in[4]));
       if (length > in.size() - 5) {
@@ -151,6 +176,7 @@ int on_header(nghttp2_session* session, const nghttp2_frame* frame, const uint8_
   if (key == ":status") call->http_status = std::atoi(text.c_str());
   else if (key == "grpc-status") call->grpc_status = std::atoi(text.c_str());
   else if (key == "grpc-message") call->grpc_message = text;
+  else if (key == "grpc-encoding") call->answer_encoding = text;
   return 0;
 }
 
@@ -165,13 +191,18 @@ int on_close(nghttp2_session* session, int32_t stream, uint32_t error, void* use
   Call* call = call_of(session, stream, c);
   if (!call) return 0;
   c->open.erase(call);
-  if (error != 0) {
+  if (error == kRefusedStream) {  // HTTP/2: the server did not process it, so it may be sent again
+    finish(c, call, kUnavailable, "the server refused the HTTP/2 stream without processing it (rst_stream "
+                                  "REFUSED_STREAM)");
+  } else if (error != 0) {
     finish(c, call, kUnavailable, "the server reset the HTTP/2 stream (rst_stream, error code " +
                                       std::to_string(error) + ")");
   } else if (call->grpc_status >= 0) {
     finish(c, call, call->grpc_status, std::move(call->grpc_message));
   } else if (call->http_status != 200) {
-    finish(c, call, kUnavailable, "HTTP status " + std::to_string(call->http_status) + " without a gRPC status");
+    int status = call->http_status == 401 ? kUnauthenticated : call->http_status == 403 ? kPermissionDenied
+                                                                                          : kUnavailable;
+    finish(c, call, status, "HTTP status " + std::to_string(call->http_status) + " without a gRPC status");
   } else {
     finish(c, call, kUnknown, "the answer ended without a gRPC status");
   }
@@ -211,13 +242,20 @@ nghttp2_nv header(const std::string& name, const std::string& value) {
 void submit(Connection* c, Call* call) {
   static const std::string method = ":method", post = "POST", scheme = ":scheme", http = "http", path = ":path",
                            authority = ":authority", type = "content-type", grpc = "application/grpc", te = "te",
-                           trailers = "trailers";
+                           trailers = "trailers", accept = "grpc-accept-encoding", accepted = "identity,deflate,gzip",
+                           encoding = "grpc-encoding", names[] = {kEncodings[0], kEncodings[1], kEncodings[2]},
+                           authorization = "authorization";
   nghttp2_nv headers[] = {header(method, post),         header(scheme, http),    header(path, c->path),
-                          header(authority, c->authority), header(type, grpc), header(te, trailers)};
+                          header(authority, c->authority), header(type, grpc), header(te, trailers),
+                          header(accept, accepted),     header(encoding, names[call->encoding]),
+                          header(authorization, call->authorization)};
+  headers[8].flags = kNoIndex;
   nghttp2_data_provider body;
   body.source.ptr = call;
   body.read_callback = read_body;
-  int32_t stream = nghttp2_submit_request(c->session, nullptr, headers, 6, &body, call);
+  size_t count = call->encoding ? 8 : 7;  // grpc-encoding only on a compressed request
+  if (!call->authorization.empty()) headers[count++] = headers[8];
+  int32_t stream = nghttp2_submit_request(c->session, nullptr, headers, count, &body, call);
   if (stream < 0) {
     finish(c, call, kUnavailable, std::string("cannot start an HTTP/2 stream: ") + nghttp2_strerror(stream));
     return;
@@ -460,13 +498,15 @@ SONIC_EXPORT void* sgt_open(const char* host, int port, const char* authority, c
   return c;
 }
 
-SONIC_EXPORT int sgt_send(void* connection, uint64_t tag, const char* message, size_t length) {
+SONIC_EXPORT int sgt_send(void* connection, uint64_t tag, const char* message, size_t length, int encoding) {
   auto* c = static_cast<Connection*>(connection);
   if (length > 0xffffffffu) return -2;
+  if (encoding < 0 || encoding > 2) return -3;
   auto* call = new Call();
   call->tag = tag;
+  call->encoding = encoding;
   call->out.resize(5 + length);
-  call->out[0] = 0;  // not compressed
+  call->out[0] = encoding ? 1 : 0;  // gRPC's "compressed" flag
   for (int i = 0; i < 4; ++i) call->out[1 + i] = char((length >> (24 - 8 * i)) & 0xff);
   if (length) std::memcpy(&call->out[5], message, length);
   {
@@ -475,6 +515,7 @@ SONIC_EXPORT int sgt_send(void* connection, uint64_t tag, const char* message, s
       delete call;
       return -1;
     }
+    call->authorization = c->authorization;
     c->queued.push_back(call);
   }
   wake(c);
@@ -495,7 +536,7 @@ SONIC_EXPORT int sgt_wait(void* connection, int timeout_ms) {
 }
 
 SONIC_EXPORT int sgt_result(void* connection, int index, uint64_t* tag, int* status, const char** body,
-                            size_t* body_length, const char** message) {
+                            size_t* body_length, const char** message, const char** encoding) {
   auto* c = static_cast<Connection*>(connection);
   if (index < 0 || size_t(index) >= c->taken.size()) return -1;
   const Done& done = c->taken[size_t(index)];
@@ -504,6 +545,7 @@ SONIC_EXPORT int sgt_result(void* connection, int index, uint64_t* tag, int* sta
   *body = done.body.data();
   *body_length = done.body.size();
   *message = done.message.c_str();
+  *encoding = done.encoding.c_str();
   return 0;
 }
 
@@ -532,4 +574,10 @@ SONIC_EXPORT void sgt_free(void* connection) {
   delete c;
 }
 
-SONIC_EXPORT int sgt_version() { return 2; }
+SONIC_EXPORT void sgt_authorize(void* connection, const char* value) {
+  auto* c = static_cast<Connection*>(connection);
+  std::lock_guard<std::mutex> lock(c->mu);
+  c->authorization = value ? value : "";
+}
+
+SONIC_EXPORT int sgt_version() { return 4; }

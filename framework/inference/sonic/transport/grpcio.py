@@ -1,6 +1,6 @@
 """gRPC's own blocking ``ModelInfer`` call, made by a few worker threads per connection.
 
-Why it exists beside the native transport: it speaks TLS and gRPC compression, and needs no compiler. Why
+Why it exists beside the native transport: it speaks TLS and needs no compiler. Why
 blocking calls on worker threads: measured on the 2-core machine (client CPU per request,
 ``time.process_time`` over thousands of requests to a local server; a small model, four requests per event
 each after ~1 ms of Python work as MiniAOD's producers send them):
@@ -35,6 +35,7 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2_grpc
 
+from ..bearer_token import BearerToken
 from ..calls import ORPHAN_LIMIT, Call
 from ...keepalive import Keepalive
 from ...server_spec import ServerSpec
@@ -51,7 +52,7 @@ WORKER_IDLE_S = 30.0
 #: gRPC's own message size limits (4 MiB to receive by default) raised to Triton's
 MAX_MESSAGE_BYTES = 2**31 - 1
 
-#: the ``compression`` setting's values as gRPC names them
+#: the ``compression`` setting's values as gRPC names them (each call's own: requests of models differ)
 COMPRESSION = {"none": None, "gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
 
 
@@ -83,16 +84,18 @@ class GrpcioTransport:
     Args:
         spec (ServerSpec): address and TLS settings.
         timeout_s (float): the connection's per-request deadline (a call's safety deadline is 10 times that).
-        compression (str): "none", "gzip" or "deflate" (gRPC message compression).
         keepalive (Keepalive): HTTP/2 pings on the channel.
+        token (BearerToken | None): sent as each call's ``authorization`` metadata.
+
+    Each call is compressed as it says (``Call.compression``: gRPC's own message compression).
     """
 
     name = "grpcio"
 
-    def __init__(self, spec: ServerSpec, timeout_s: float, compression: str = "none",
-                 keepalive: Keepalive | None = None):
+    def __init__(self, spec: ServerSpec, timeout_s: float, keepalive: Keepalive | None = None,
+                 token: BearerToken | None = None):
         self.spec, self.timeout_s, self.keepalive = spec, timeout_s, keepalive or Keepalive()
-        self.compression = COMPRESSION[compression]
+        self.token = token
         self._lock = threading.Lock()  # guards everything below
         self._channel: grpc.Channel | None = None  # opened on first use
         self._model_infer: Any = None
@@ -139,8 +142,9 @@ class GrpcioTransport:
             answer, error = None, None
             if call.begin():
                 try:
+                    identity = {"metadata": (("authorization", self.token.header()),)} if self.token else {}
                     answer = self._rpc()(call.request, timeout=max(ORPHAN_DEADLINE_S, 10 * self.timeout_s),
-                                         compression=self.compression)
+                                         compression=COMPRESSION[call.compression], **identity)
                 except Exception as err:  # noqa: BLE001 - converted by the connection, at its one boundary
                     error = err
             call.end(answer, error)

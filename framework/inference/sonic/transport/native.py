@@ -6,8 +6,10 @@ lock (a worker thread woken per call, gRPC's Python wrappers, the lock taken bac
 the job's own modules wait for. Here an I/O thread in C++ writes the requests and reads the answers, and
 the answers reach Python in batches on one thread per connection. Python builds the request message and
 reads the answer, nothing else. :class:`NativeTransport` is the :class:`~.Transport` on it, which a
-:class:`~..connection.ServerConnection` uses for every server it reaches in clear text (TLS and gRPC
-compression go through ``grpcio.py``).
+:class:`~..connection.ServerConnection` uses for every server it reaches in clear text (TLS goes through
+``grpcio.py``). Compressed requests are compressed here, on the caller's thread, and compressed answers
+(a server told to compress its responses) are decompressed on the channel's completion thread
+(``compression.py``; zlib lets the interpreter lock go meanwhile).
 
 * built on first use with the system C++ compiler against the installed ``libnghttp2.so.14`` (Debian's
   ``libnghttp2-14``, which ``nghttp2-client`` and curl pull in), cached per source hash and architecture
@@ -15,6 +17,9 @@ compression go through ``grpcio.py``).
   in a fresh process before it is cached;
 * no compiler or no library: :func:`transport_library` raises :class:`TransportUnavailable` with one line,
   and connections use ``grpcio`` (``transport: auto``; ``transport: native`` is then an error);
+* the job's bearer token, where it may go (``bearer_token.py``), is each call's ``authorization`` header;
+* a call the server refused without processing it (HTTP/2 REFUSED_STREAM: a proxy whose server went away) is sent
+  once more, as gRPC's own clients do (their "transparent retry"); refused again, it fails UNAVAILABLE;
 * calls are never cancelled (a Triton 2.51 server can crash when clients cancel): a call ends when the
   server answers or the connection ends, which fails every open call with UNAVAILABLE and the reason;
 * a connection that goes silent ends by its keepalive (``keepalive.py``): a PING after ``time_s`` with
@@ -36,7 +41,9 @@ from pathlib import Path
 
 from tritonclient.grpc import service_pb2 as pb
 
+from ..bearer_token import BearerToken
 from ..calls import Call
+from ...compression import compress, decompress
 from ...keepalive import Keepalive
 from ...serving.library_cache import BuildOnce, build_cached, compile_library, library_cache_folders
 from ...triton_errors import RequestError, action_for
@@ -51,6 +58,12 @@ FILENAME = "libsonic_grpc_h2.so"
 FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-static-libstdc++", "-static-libgcc",
          "-Wl,--exclude-libs,ALL", "-pthread")
 _lock = threading.Lock()  # loading the library once
+
+#: what ``grpc_h2.cc`` says of a stream the server refused without processing it (HTTP/2 REFUSED_STREAM)
+REFUSED = "REFUSED_STREAM"
+
+#: the encodings ``sgt_send`` knows, by its number for them (0: not compressed)
+ENCODINGS = {"none": 0, "deflate": 1, "gzip": 2}
 
 #: gRPC's status codes by number (what the server puts in ``grpc-status``)
 STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
@@ -113,7 +126,7 @@ def _build(key: str) -> Path:
 
 def check(path: Path) -> None:
     """Loads ``path`` in a fresh process (a library that does not load is never cached)."""
-    script = "import ctypes, sys; sys.exit(0 if ctypes.CDLL(sys.argv[1]).sgt_version() == 2 else 3)"
+    script = "import ctypes, sys; sys.exit(0 if ctypes.CDLL(sys.argv[1]).sgt_version() == 4 else 3)"
     try:
         done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as err:
@@ -135,7 +148,7 @@ class _Api:
                               ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         self.send = held.sgt_send
         self.send.restype = ctypes.c_int
-        self.send.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+        self.send.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
         self.wait = free.sgt_wait
         self.wait.restype = ctypes.c_int
         self.wait.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -143,7 +156,8 @@ class _Api:
         self.result.restype = ctypes.c_int
         self.result.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                                 ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p),
-                                ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_char_p)]
+                                ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_char_p),
+                                ctypes.POINTER(ctypes.c_char_p)]
         self.close = held.sgt_close
         self.reason = held.sgt_reason
         self.reason.restype = ctypes.c_char_p
@@ -151,6 +165,8 @@ class _Api:
         self.close.argtypes = [ctypes.c_void_p]
         self.free = free.sgt_free
         self.free.argtypes = [ctypes.c_void_p]
+        self.authorize = held.sgt_authorize
+        self.authorize.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 
 
 _api: _Api | None = None
@@ -167,8 +183,8 @@ def api() -> _Api:
     return _api
 
 
-#: ``on_done(tag, status name, status message, answer message bytes)``
-OnDone = Callable[[int, str, str, bytes], None]
+#: ``on_done(tag, status name, status message, answer message bytes, its encoding if compressed else "")``
+OnDone = Callable[[int, str, str, bytes, str], None]
 
 
 class NativeChannel:
@@ -199,15 +215,21 @@ class NativeChannel:
         if not handle:
             raise ConnectionError(error.value.decode(errors="replace"))
         self._handle: int | None = handle
+        self._authorization = ""  # what sgt_authorize was last told (never logged)
         self._lock = threading.Lock()  # send vs. the end of the connection (after which the handle is freed)
         self._on_done = on_done
         self._thread = threading.Thread(target=self._complete, name=f"sonic-h2-{self.authority}", daemon=True)
         self._thread.start()
 
-    def send(self, tag: int, message: bytes) -> bool:
-        """Queues one call; False when the connection has ended (nothing was sent)."""
+    def send(self, tag: int, message: bytes, encoding: str = "none", authorization: str = "") -> bool:
+        """Queues one call (``message`` already in ``encoding``; ``authorization``: its header value, if any);
+        False when the connection has ended (nothing was sent)."""
         with self._lock:
-            return self._handle is not None and self._api.send(self._handle, tag, message, len(message)) == 0
+            if self._handle is not None and authorization != self._authorization:
+                self._api.authorize(self._handle, authorization.encode())
+                self._authorization = authorization
+            return self._handle is not None and self._api.send(self._handle, tag, message, len(message),
+                                                               ENCODINGS[encoding]) == 0
 
     def close(self, wait_s: float = 10.0) -> None:
         """Ends the connection: open calls finish with UNAVAILABLE (their ``on_done`` runs); waits for that."""
@@ -224,17 +246,18 @@ class NativeChannel:
     def _complete(self) -> None:
         handle = self._handle
         tag, status = ctypes.c_uint64(), ctypes.c_int()
-        body, length, message = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_char_p()
+        body, length, message, encoding = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_char_p(), ctypes.c_char_p()
         while True:
             count = self._api.wait(handle, 1000)
             if count < 0:
                 break
             for index in range(count):
-                self._api.result(handle, index, tag, status, body, length, message)
+                self._api.result(handle, index, tag, status, body, length, message, encoding)
                 data = ctypes.string_at(body.value, length.value) if length.value else b""
                 text = (message.value or b"").decode(errors="replace")
                 try:
-                    self._on_done(tag.value, status_name(status.value), text, data)
+                    self._on_done(tag.value, status_name(status.value), text, data,
+                                  (encoding.value or b"").decode(errors="replace"))
                 except Exception:  # noqa: BLE001 - this thread finishes every call of the channel: it must not die
                     log.exception("handling the answer of call %d on %s", tag.value, self.authority)
         self.reason = (self._api.reason(handle) or b"").decode(errors="replace")
@@ -251,35 +274,44 @@ class NativeTransport:
     Args:
         address (str): the server's ``host:port`` (clear text).
         keepalive (Keepalive): HTTP/2 pings; half as often after the server refused them (``too_many_pings``).
+        token (BearerToken | None): sent as each call's ``authorization`` header.
     """
 
     name = "native"
 
-    def __init__(self, address: str, keepalive: Keepalive | None = None):
+    def __init__(self, address: str, keepalive: Keepalive | None = None, token: BearerToken | None = None):
         self.address = address
+        self.token = token
         self.keepalive = keepalive or Keepalive()
         self._lock = threading.Lock()  # the calls in flight
         self._by_tag: dict[int, Call] = {}  # calls in flight by their tag
         self._tags = itertools.count(1)
+        self._resent: set[int] = set()  # tags of calls sent again after a REFUSED_STREAM (once each)
         self._channel: NativeChannel | None = None
         self._channel_lock = threading.Lock()  # opening it (seconds at worst) without holding up the others
 
-    def send(self, call: Call) -> None:
-        """Hands the call to the connection (opened, or opened again after it ended, here)."""
+    def send(self, call: Call, again: bool = False) -> None:
+        """Hands the call to the connection (opened, or opened again after it ended, here); ``again``: a call the
+        server refused without processing it, sent once more."""
         if not call.begin():
             call.end(None, None)
             return
         tag = next(self._tags)
         with self._lock:
             self._by_tag[tag] = call
+            if again:
+                self._resent.add(tag)
         message = call.request.SerializeToString()
+        packed = compress(message, call.compression)
+        encoding = call.compression if packed is not None else "none"  # not smaller: sent as it is, as gRPC does
+        authorization = self.token.header() if self.token else ""
         try:
             for _ in range(2):  # a connection that ended since the last call: one new try
-                if self._open().send(tag, message):
+                if self._open().send(tag, packed or message, encoding, authorization):
                     return
             raise ConnectionError(f"the connection to {self.address} ended as the request was sent")
         except Exception as err:  # noqa: BLE001 - unreachable, or the connection broke: failed over like any
-            self._done(tag, "UNAVAILABLE", str(err) or type(err).__name__, b"")
+            self._done(tag, "UNAVAILABLE", str(err) or type(err).__name__, b"", "")
 
     def _open(self) -> NativeChannel:
         with self._channel_lock:
@@ -291,16 +323,24 @@ class NativeTransport:
                 channel = self._channel = NativeChannel(host, int(port), self._done, keepalive=self.keepalive)
             return channel
 
-    def _done(self, tag: int, status: str, message: str, body: bytes) -> None:
-        """A call ended (on the channel's completion thread): its answer parsed, the call ended."""
+    def _done(self, tag: int, status: str, message: str, body: bytes, encoding: str) -> None:
+        """A call ended (on the channel's completion thread): its answer decompressed where the server compressed
+        it, parsed, and the call ended."""
         with self._lock:
             call = self._by_tag.pop(tag, None)
+            refused = status == "UNAVAILABLE" and REFUSED in message and tag not in self._resent
+            self._resent.discard(tag)
         if call is None:
+            return
+        if refused:  # not processed (a proxy whose server went away): sent once more, as gRPC's own clients do
+            log.debug("a call of %s to %s was refused without being processed; sending it once more", call.model,
+                      self.address)
+            self.send(call, again=True)
             return
         answer, error = None, None
         if status == "OK":
             try:
-                answer = pb.ModelInferResponse.FromString(body)
+                answer = pb.ModelInferResponse.FromString(decompress(body, encoding) if encoding else body)
             except Exception as err:  # noqa: BLE001 - converted by the connection, at its one boundary
                 error = err
         else:
