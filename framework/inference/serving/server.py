@@ -2,7 +2,7 @@
 
 ::
 
-    from sonic_hep.framework.inference.serving.server import TritonServer
+    from sonic_hep.framework.inference.serving import TritonServer
 
     with TritonServer(["data/models/demo"]) as server:      # free ports, loopback, waits until ready
         print(server.grpc_url)                               # "127.0.0.1:40123"
@@ -16,10 +16,7 @@ server (the CPU fallback server); ``"gpu"`` serves models on their configured in
 ``gpus`` chooses (``gpu_placement.py``). The python that runs python models (and our onnxruntime backend)
 is selectable: the GPU machine runs its own python3.12 with torch, not this environment's.
 
-Exposure: ``host`` binds gRPC only. HTTP (plain and unauthenticated: Triton has no TLS for it) and
-metrics stay on loopback unless ``http_host`` / ``metrics_host`` ask otherwise; an endpoint that other
-machines reach without TLS is logged as a warning (:meth:`TritonServer.exposure_warnings`). gRPC may
-use TLS, and mutual TLS with ``tls_root_cert`` (clients must show a certificate signed by it).
+Exposure (see the class): an endpoint that other machines reach without TLS is logged as a warning;
 :meth:`TritonServer.bound` reads what the process really listens on from the kernel.
 
 Nothing is left behind: the server gets SIGTERM when the process that started it dies, whatever killed
@@ -58,6 +55,7 @@ from ..owner import ProcessId, sweep_shared_memory
 from . import server_log
 from .servable import model_backend, native_library_for, one_line, unservable
 from . import server_stop
+from .command_line import CPU_ONLY_FLAGS, python_stub_flags, tls_flags
 from .server_options import ServerOptions, parse_cpus  # noqa: F401 - parse_cpus: where the benchmarks find it
 from .gpu_placement import card_count, gpu_instances, server_cards
 from .shm_janitor import ShmJanitor
@@ -92,11 +90,8 @@ class TritonServer:
             certificate that expired, or cores this process does not have.
 
     ``host`` binds gRPC only: HTTP and metrics stay on loopback unless ``http_host`` / ``metrics_host`` say
-    otherwise (HTTP inference has no TLS and would bypass it). ``python_shm_mb`` sizes each python stub's pool
-    up front: models whose executions carry tens of MB (ProtoDUNE patches merged by dynamic batching: ~36 MB
-    per execution) would otherwise grow it step by step, each step a new mapping the GPU entry page-locks.
-    ``strict`` refuses to start when a model cannot be served; by default such models are left out, each
-    logged with its reason (``skipped``).
+    otherwise (HTTP inference has no TLS and would bypass it). ``strict`` refuses to start when a model cannot
+    be served; by default such models are left out, each logged with its reason (``skipped``).
     """
 
     def __init__(self, repository: ModelRepository | Iterable[str | os.PathLike], options: ServerOptions | None = None,
@@ -325,23 +320,12 @@ class TritonServer:
                *keepalive.SERVER_FLAGS]  # clients' keepalive pings accepted (keepalive.py)
         if self.model_control == "explicit":
             cmd += [f"--load-model={name}" for name in self.served]
-        for backend in self.python_backends:  # stub shared memory named after this server, so stop() can clean it
-            cmd.append(f"--backend-config={backend},shm-region-prefix-name={self.shm_prefix}")
-            if self.python_shm_mb:
-                size = self.python_shm_mb * 2**20
-                cmd += [f"--backend-config={backend},shm-default-byte-size={size}",
-                        f"--backend-config={backend},shm-growth-byte-size={max(size // 4, 2**20)}"]
+        cmd += python_stub_flags(self.python_backends, self.shm_prefix, self.python_shm_mb)
         if self.device == "cpu":
-            cmd += ["--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size=0:0"]
+            cmd += CPU_ONLY_FLAGS
         if self.options.response_compression != "none":  # answers compressed for clients that accept it
             cmd.append(f"--grpc-infer-response-compression-level={self.options.response_compression}")
-        if self.tls["cert"]:
-            cmd += [f"--grpc-server-cert={os.path.abspath(self.tls['cert'])}",
-                    f"--grpc-server-key={os.path.abspath(self.tls['key'])}"]
-            if self.tls["root"]:
-                cmd += ["--grpc-use-ssl-mutual=true", f"--grpc-root-cert={os.path.abspath(self.tls['root'])}"]
-            else:
-                cmd.append("--grpc-use-ssl=true")
+        cmd += tls_flags(self.tls)
         return cmd
 
     @property
@@ -410,12 +394,8 @@ class TritonServer:
         return self.process is not None and self.process.poll() is None
 
     def _exit_timeout(self, repo_dir: Path) -> int:
-        """Triton's exit timeout for the models it serves now: ``stop_timeout_s`` for the requests in flight
-        and an allowance per model instance, torn down one after the other (``server_stop.py``)."""
-        instances = server_stop.instance_count(repo_dir, self.served)
-        if self.model_control == "explicit":  # versions loaded later run their own instances (two during a roll)
-            instances *= 2
-        self.exit_timeout = server_stop.exit_timeout_s(self.options.stop_timeout_s, instances)
+        self.exit_timeout = server_stop.server_exit_timeout_s(repo_dir, self.served, self.options.stop_timeout_s,
+                                                              self.model_control == "explicit")
         return self.exit_timeout
 
     def stop(self, timeout: float | None = None) -> int | None:

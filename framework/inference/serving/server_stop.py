@@ -52,6 +52,15 @@ def exit_timeout_s(stop_timeout_s: float, instances: int) -> int:
     return math.ceil(stop_timeout_s + TEARDOWN_S_PER_INSTANCE * instances)
 
 
+def server_exit_timeout_s(repo_dir: str | os.PathLike, served: Iterable[str], stop_timeout_s: float,
+                          explicit: bool) -> int:
+    """Triton's exit timeout for the models a server serves now: ``stop_timeout_s`` for the requests in flight
+    and an allowance per model instance; with explicit model control, versions loaded later run their own
+    instances (two side by side during a rolling update), so each counts twice."""
+    instances = instance_count(repo_dir, served) * (2 if explicit else 1)
+    return exit_timeout_s(stop_timeout_s, instances)
+
+
 def stop_bound_s(exit_timeout: int) -> float:
     """How long a stop waits for the process before it kills it."""
     return exit_timeout + MARGIN_S
