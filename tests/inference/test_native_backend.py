@@ -32,6 +32,8 @@ from sonic_hep.framework.inference.serving.runtime_repository import write_entry
 from sonic_hep.workflows.bench._fuzz import infer_arrays
 from sonic_hep.framework.inference.repository import ModelInfo, ModelRepository
 from sonic_hep.framework.inference.serving.server import TritonServer
+from sonic_hep.framework.inference.serving.servable import native_library_for
+from sonic_hep.framework.inference.serving.triton_install import python_runtime
 from sonic_hep.framework.inference.service import InferenceConfig
 from sonic_hep.workflows.bench._fuzz import ModelSpec, valid_inputs
 
@@ -448,12 +450,12 @@ def test_a_model_native_cannot_serve_makes_auto_python_based(tmp_path, caplog):
                                          'output { name: "y" data_type: TYPE_FP32 dims: [1] }\n')
     served = [ModelRepository([str(tmp_path / "repo")]).get("names"), MODELS["demo_mlp"]]
     with caplog.at_level(logging.WARNING):
-        assert TritonServer([tmp_path / "repo"], workdir=tmp_path / "a")._native_library(served) is None
+        assert native_library_for(served, "auto", python_runtime()) is None
     notices = [r.getMessage() for r in caplog.records if "native onnxruntime backend unavailable" in r.getMessage()]
     assert len(notices) == 1 and "model 'names': input 'x' is TYPE_STRING" in notices[0], notices
     with pytest.raises(InferenceError, match="model 'names': input 'x' is TYPE_STRING"):
-        TritonServer([tmp_path / "repo"], backend="native", workdir=tmp_path / "n")._native_library(served)
-    assert TritonServer([tmp_path / "repo"], workdir=tmp_path / "b")._native_library(served[1:]) is not None
+        native_library_for(served, "native", python_runtime())
+    assert native_library_for(served[1:], "auto", python_runtime()) is not None
 
 
 def test_bad_backend_value_is_one_line():
