@@ -46,6 +46,7 @@ import numpy as np
 
 from ...framework.paths import MODELS
 from ._report import BenchReport, header
+from .scale import GpuSampler
 
 MODEL = "emtrkmichelid"
 REPOSITORY = MODELS / "protodune_gpu"
@@ -126,45 +127,6 @@ def client_main(spec_path: str) -> int:
 
 
 # -- measuring ---------------------------------------------------------------------------------------------
-class CardSampler:
-    """Each card's busy % and memory in use (MiB), from ``nvidia-smi`` every ``period`` s while running."""
-
-    def __init__(self, period: float = 0.5):
-        self.samples: list[tuple[float, dict[str, tuple[float, float]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
-
-    def _run(self, period: float) -> None:
-        import shutil
-
-        if not shutil.which("nvidia-smi"):
-            return
-        while not self._stop.wait(period):
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
-                                      "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5,
-                                     check=False).stdout
-                rows = [[x.strip() for x in line.split(",")] for line in out.splitlines() if line.strip()]
-                self.samples.append((time.time(), {r[0]: (float(r[1]), float(r[2])) for r in rows}))
-            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-                return
-
-    def over(self, start: float, stop: float) -> dict[str, dict[str, float]]:
-        """``{card: {"busy_percent", "memory_mib"}}``: mean busy and peak memory between ``start`` and ``stop``."""
-        inside = [cards for t, cards in self.samples if start <= t <= stop] or [c for _, c in self.samples]
-        names = sorted({name for cards in inside for name in cards}, key=lambda n: (len(n), n))
-        return {name: {"busy_percent": float(np.mean([c[name][0] for c in inside if name in c])),
-                       "memory_mib": float(max(c[name][1] for c in inside if name in c))} for name in names}
-
-    def __enter__(self) -> CardSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-
 def requests_by_server(urls: list[str], errors: dict[str, str] | None = None) -> list[float]:
     """Each server's count of answered requests of the model (Triton's statistics); NaN for one not answering
     (why, in ``errors``)."""
@@ -208,7 +170,7 @@ def run_clients(count: int, urls: list[str], args: argparse.Namespace, events: l
             if time.monotonic() > deadline or any(p.poll() is not None for p, _ in procs):
                 raise RuntimeError(f"a client did not start: see {folder}/client*.log")
             time.sleep(0.05)
-        with CardSampler() as cards:
+        with GpuSampler() as cards:
             go.touch()
             started = time.time()
             outcome = during(started) if during else None

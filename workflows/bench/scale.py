@@ -189,12 +189,12 @@ def model_instances(repository: str) -> int:
 
 # -- measuring ------------------------------------------------------------------------------------------
 class GpuSampler:
-    """GPU utilisation (%) and memory in use (MiB, summed over GPUs) sampled with nvidia-smi every
-    ``period`` s while running; empty without a GPU."""
+    """Each card's utilisation (%) and memory in use (MiB), sampled with nvidia-smi every ``period`` s while
+    running; empty without a GPU. ``samples`` / ``memory_mib`` are the machine's (mean busy, summed memory)
+    per sample, :meth:`over` each card's over a stretch of time."""
 
     def __init__(self, period: float = 0.5):
-        self.samples: list[float] = []
-        self.memory_mib: list[float] = []
+        self.cards: list[tuple[float, dict[str, tuple[float, float]]]] = []  # (time.time(), {card: (busy, MiB)})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
 
@@ -205,14 +205,30 @@ class GpuSampler:
             return
         while not self._stop.wait(period):
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                      "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=5).stdout.splitlines()
-                rows = [[float(x) for x in line.split(",")] for line in out if line.strip()]
-                self.samples.append(float(np.mean([row[0] for row in rows])))
-                self.memory_mib.append(float(sum(row[1] for row in rows)))
-            except (OSError, subprocess.SubprocessError, ValueError):
+                out = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
+                                      "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5,
+                                     check=False).stdout
+                rows = [[x.strip() for x in line.split(",")] for line in out.splitlines() if line.strip()]
+                self.cards.append((time.time(), {r[0]: (float(r[1]), float(r[2])) for r in rows}))
+            except (OSError, subprocess.SubprocessError, ValueError, IndexError):
                 return
+
+    @property
+    def samples(self) -> list[float]:
+        """The cards' mean utilisation (%) at each sample."""
+        return [float(np.mean([busy for busy, _ in cards.values()])) for _, cards in self.cards if cards]
+
+    @property
+    def memory_mib(self) -> list[float]:
+        """Memory in use summed over the cards (MiB) at each sample."""
+        return [float(sum(mib for _, mib in cards.values())) for _, cards in self.cards if cards]
+
+    def over(self, start: float, stop: float) -> dict[str, dict[str, float]]:
+        """``{card: {"busy_percent", "memory_mib"}}``: mean busy and peak memory between ``start`` and ``stop``."""
+        inside = [cards for t, cards in self.cards if start <= t <= stop] or [c for _, c in self.cards]
+        names = sorted({name for cards in inside for name in cards}, key=lambda n: (len(n), n))
+        return {name: {"busy_percent": float(np.mean([c[name][0] for c in inside if name in c])),
+                       "memory_mib": float(max(c[name][1] for c in inside if name in c))} for name in names}
 
     def __enter__(self) -> GpuSampler:
         self._thread.start()
