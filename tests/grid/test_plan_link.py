@@ -58,3 +58,10 @@ def test_requests_sent_together_hide_part_of_the_wire_behind_the_server():
     assert two == pytest.approx(0.300 + 0.160 + 0.050 - 0.100)
     # one request: all of its 160 ms on the wire come before the server computes anything
     assert time_per_event_over_link(0.300, 2.0e6, 0.0, 100, 0.0, requests=1, server_s=0.100) == pytest.approx(0.460)
+
+
+def test_sonic_plan_plans_a_distant_link(sonic_cli):
+    done = sonic_cli("plan", "--other-ms-per-event", "1000", "--server-ms-per-event", "100", "--bytes-per-event",
+                     "2.5e6", "--sent-fraction", "0.99", "--link-gbps", "0.025", "--rtt-ms", "50", check=True)
+    assert "over the link: B / L + round trips x RTT = 850.000 ms/event more" in done.stdout
+    assert "the link saturates first" in done.stdout

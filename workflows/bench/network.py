@@ -3,26 +3,29 @@
 Everything runs in the network lab (``workflows/netlab``): the Triton server (``sonic server start
 --config WORKFLOW``) in one network namespace, the jobs in another, a veth pair between them shaped by the
 kernel (rate, loss) and a relay in user space for the round trip where the kernel has no netem. The relay
-is in the path at every point, the unshaped one too, so every point pays its cost alike; one more SONIC run
-without it, at the unshaped point, says what that cost is per event.
+is in the path at every point, the unshaped one too, so every point pays its cost alike; a pair of runs at
+the unshaped point, with and without it, says what that cost is per event.
 
 Two measurements:
 
 * **the sweep**: for each workflow (``--workflows miniaod,protodune``), each link (``--links``, e.g.
   ``rtt=100ms``, ``rate=100mbit,rtt=50ms``, ``rtt=10ms,loss=1%``) and each streams setting (``--streams 1 4``),
-  one job (``configs/<workflow>.yaml`` as shipped, SONIC, shared memory off) and its per-event time in its
-  steady part (the events of the batches completed after the first wave of ``streams`` batches, over the time
-  they took: start-up, connections and the servers' first executions left out), whole-job time per event,
-  bytes per event each way, requests per event, CPU per event of the job, the server and the relay. Direct
-  inference once per streams setting (it crosses no link). Each SONIC point is set against the planner's
-  prediction (``workflows/grid/plan.py``: :func:`time_per_event_over_link`) from the same workflow's unshaped
-  point: local time + bytes ÷ rate + round trips × RTT, shared by the events in flight, never below the
-  busiest direction's bytes ÷ rate;
+  one job (``configs/<workflow>.yaml`` as shipped, SONIC, shared memory off), run right after one at the
+  unshaped link (a pair: on a shared machine only runs close in time compare). Per job: the time per event of
+  its steady part (the batches completed while every stream had one in flight: start-up, connections and the
+  drain left out) and the bytes of those very events each way, the whole job's time per event, requests per
+  event, CPU per event of the job, the server and the relay. Direct inference once per streams setting and
+  repeat (it crosses no link). Each point is set against its pair's unshaped run, and against the planner's
+  prediction from it (``workflows/grid/plan.py``: :func:`time_per_event_over_link`: bytes ÷ rate, less what
+  the server's work on one request hides of the next one's upload, + one round trip per batch, shared by the
+  streams, never faster than the busier direction's bytes ÷ rate). A loss point comes with its control: the
+  same link without loss, with the MTU-sized packets loss needs;
 * **jobs sharing one link** (``--share-jobs 1 2 4 8``): N ProtoDUNE jobs (one stream, ``--share-other-ms``
   of other work per event as sleep, so this machine's cores are not what saturates) over one link of
-  ``--share-rate-mbit``: time per event against N, the knee measured (one job's time × the most events/s), predicted by
-  ``sonic plan`` (the link bound: one job's time alone × rate ÷ the busiest direction's bytes per event) and by
-  ``sonic plan --simulate`` (``workflows/grid/simulate.py`` with the link) from the N=1 point.
+  ``--share-rate-mbit``: time per event against N, the knee measured (one job's time × the most events/s),
+  predicted by ``sonic plan`` (its bounds; the link's: one job's time alone × rate ÷ the busier direction's
+  bytes per event) and by ``sonic plan --simulate`` (``workflows/grid/simulate.py`` with the link) from the
+  N=1 point.
 
 ``--quick`` runs a few points (about two minutes here). Results: ``network.md``, ``network.json``,
 ``network.png`` in ``--out``.
@@ -54,8 +57,9 @@ from ._report import BenchReport, header
 
 #: workflow → (configuration, events of the sweep's input, generator seed); ProtoDUNE's events small-scale.
 #: MiniAOD batches ~180 events at one stream and ~45 at four (``events_per_call`` auto): 1000 events give the
-#: steady stretch at least two batches either way
-WORKFLOWS = {"miniaod": ("miniaod", 1000, 11), "protodune": ("protodune", 14, 21)}
+#: steady stretch at least two batches either way. ProtoDUNE's events differ (one to three requests each):
+#: 40 keep one run's time per event within a few per cent of the next's
+WORKFLOWS = {"miniaod": ("miniaod", 1000, 11), "protodune": ("protodune", 40, 21)}
 #: --quick's events (MiniAOD: its four streams batch ~45 events, ten batches and more)
 QUICK_EVENTS = {"miniaod": 600, "protodune": 10}
 DEFAULT_LINKS = ["", "rtt=1ms", "rtt=10ms", "rtt=50ms", "rtt=100ms", "rate=10gbit", "rate=1gbit", "rate=100mbit",
@@ -692,6 +696,10 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{r['job_cpu_ms']:.1f} · {_f(r['server_cpu_ms'])} · {_f(r['relay_cpu_ms'], 2)} | "
                 f"{_f(hidden_rtt_ms(r, rows) if r['relay'] else None, 0)} |")
         rounds = report["round_trips"].get(workflow)
+        lines += ["", "SONIC ms/event: the run of median time per event; ÷ unshaped, predicted and error: medians over "
+                  "the point's pairs (each run against the unshaped run right before it; error = predicted ÷ measured "
+                  "− 1); RTT hidden: what the model says this setting hides within 5 % (events per call × (streams × "
+                  "unshaped time − one event alone − its bytes' time))."]
         lines += ["", f"Round trips one batch waits in turn, measured at one stream: {_f(rounds, 2)} "
                   f"(the prediction assumes 1: a batch's requests sent together)."]
         for lossy in (r for r in mine if r["mode"] == "sonic" and r["loss"]):
@@ -737,12 +745,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     rows = [r for r in report["rows"] if r["relay"] or r["mode"] == "direct"]
     sonic = [r for r in rows if r["mode"] == "sonic"]
     # (x, label, which points, what splits them into lines): a line per workflow and streams (and round trip)
-    panels = [("rtt_ms", "round trip (ms)", lambda r: not r["rate_mbit"] and not r["loss"], ()),
-              ("rate_mbit", "link rate (Mb/s)", lambda r: r["rate_mbit"] and not r["loss"], ("rtt_ms",)),
+    panels = [("rtt_ms", "round trip (ms)", lambda r: not r["rate_mbit"] and not small_packets(r), ()),
+              ("rate_mbit", "link rate (Mb/s)", lambda r: r["rate_mbit"] and not small_packets(r), ("rtt_ms",)),
               ("loss", "packet loss (%), RTT 10 ms, MTU-sized packets",
                lambda r: r["rtt_ms"] == 10 and not r["rate_mbit"] and small_packets(r), ())]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    colours = ["#4477aa", "#66ccee", "#ee6677", "#aa3377", "#228833", "#ccbb44", "#bbbbbb"]
+    colours = [f"C{k}" for k in range(10)]
     for ax, (key, label, chosen, split) in zip(axes.flat, panels):
         lines = sorted({(r["workflow"], r["streams"], *(r[k] for k in split)) for r in sonic if chosen(r)})
         for index, line in enumerate(lines):
@@ -752,7 +760,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
             x = [100 * r[key] if key == "loss" else r[key] for r in mine]
             name = f"{line[0]}, {line[1]} stream(s)" + (f", RTT {line[2]:g} ms" if split else "")
             ax.plot(x, [r["event_ms"] for r in mine], "o-", color=colour, label=name)
-            ax.plot(x, [r.get("predicted_ms", math.nan) for r in mine], "--", color=colour, alpha=0.7)
+            if key != "loss":  # the plan has no loss in it
+                ax.plot(x, [r.get("predicted_ms", math.nan) for r in mine], "--", color=colour, alpha=0.7)
             direct = next((r for r in rows if r["workflow"] == line[0] and r["streams"] == line[1]
                            and r["mode"] == "direct"), None)
             if direct:
